@@ -1,0 +1,8 @@
+"GPU tests: selected with `pytest -m gpu`; without CUDA or cuDF they fail, so an empty GPU run cannot pass."
+import pytest
+from fastai_gpu_tabular.backend import gpu_available
+
+@pytest.fixture(autouse=True)
+def _need_gpu(request):
+    if request.node.get_closest_marker('gpu') and not gpu_available():
+        pytest.fail("this test needs cuDF and a CUDA GPU (install the `[gpu]` extra on a CUDA machine)")
