@@ -1,0 +1,104 @@
+"Documented behaviour beyond fastai: vocabulary options, multi-hot, new NaNs at inference, bad input, saved state."
+import pickle, numpy as np, pandas as pd, pytest
+from hypothesis import given, settings, assume, strategies as st, HealthCheck
+from fastai.data.block import CategoryBlock
+from fastai_gpu_tabular.backend import explode_rows, list_values_offsets
+from fastai_gpu_tabular.procs import Categorify, FillMissing, FillStrategy, Normalize, RARE, UNSEEN
+from fastai_gpu_tabular.tabular import TabularGPU, save_procs, load_procs
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+
+def tab(df, procs, n_train=None, **kw):
+    n_train = len(df) if n_train is None else n_train
+    return TabularGPU(df, procs=procs, splits=[list(range(n_train)), list(range(n_train, len(df)))], **kw)
+
+def test_freq_threshold_and_unseen():
+    df = pd.DataFrame({'c': ['a','a','b','c','c','c', 'b','zz',None,'a']})
+    to = tab(df, [Categorify(freq_threshold=2, unseen=True)], 6, cat_names=['c'])
+    assert list(to.classes['c']) == ['#na#', 'a', 'c', RARE, UNSEEN]
+    assert to.items['c'].tolist() == [1,1,3,2,2,2, 3,4,0,1]
+
+def test_max_size_keeps_seen_codes():
+    df = pd.DataFrame({'c': list('aaabbc') + ['d']})
+    plain = tab(df, [Categorify()], 6, cat_names=['c'])
+    capped = tab(df, [Categorify(max_size=2, unseen=True)], 6, cat_names=['c'])
+    assert list(capped.classes['c']) == ['#na#', 'a', 'b', RARE, UNSEEN]
+    assert capped.items['c'].tolist() == [1,1,1,2,2,3,4]
+    assert plain.items['c'].tolist()[:5] == capped.items['c'].tolist()[:5]  # kept categories keep fastai's codes
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(st.none(), st.lists(st.sampled_from(list('abcde')), max_size=4)), min_size=2, max_size=30),
+       st.integers(1, 3))
+def test_multi_hot_matches_reference(rows, thr):
+    assume(any(r is not None for r in rows[:max(1, len(rows)//2)]))
+    df = pd.DataFrame({'g': pd.Series([None if r is None else '|'.join(r) for r in rows], dtype=object)})
+    to = tab(df, [Categorify(freq_threshold=thr)], max(1, len(rows)//2), mh_names=['g'])
+    tr = [t for r in rows[:max(1, len(rows)//2)] if r for t in r]
+    counts = pd.Series(tr, dtype=object).value_counts()
+    kept = sorted(counts[counts>=thr].index)
+    rare = len(kept)+1 if thr > 1 else None
+    ref = lambda t: kept.index(t)+1 if t in kept else (rare if (rare and t in counts) else 0)
+    expect = [[ref(t) for t in r] if r else [0] for r in rows]
+    assert [list(o) for o in to.items['g']] == expect
+    vals, offs = list_values_offsets(to.items['g'])
+    assert [list(vals[offs[i]:offs[i+1]]) for i in range(len(rows))] == expect
+
+def test_multi_hot_list_column():
+    df = pd.DataFrame({'g': pd.Series([['x','y'], [], None, ['y']], dtype=object)})
+    to = tab(df, [Categorify()], mh_names=['g'])
+    assert [list(o) for o in to.items['g']] == [[1,2],[0],[0],[2]]
+    assert list(to.classes['g']) == ['#na#','x','y']
+
+def test_new_nan_at_inference_is_filled():
+    df = pd.DataFrame({'a': [1., 2., 3., 10.], 'b': [np.nan, 2., 4., 4.]})
+    to = tab(df, [FillMissing(fill_strategy=FillStrategy.mode), Normalize], cont_names=['a','b'])
+    assert to.cat_names == ['b_na'] and to.procs.fill_missing.na_dict == {'b': 4.}
+    t = to.new(pd.DataFrame({'a': [np.nan], 'b': [np.nan]})); t.process()
+    assert 'a_na' not in t.items.columns and t.cat_names == ['b_na']
+    np.testing.assert_allclose(t.items['a'], (1. - df['a'].mean()) / (df['a'].std(ddof=0) + 1e-7), rtol=1e-6)
+
+def test_mode_ties_go_to_first_seen():
+    df = pd.DataFrame({'a': [5., 1., 1., 5., np.nan]})
+    to = tab(df, [FillMissing(fill_strategy=FillStrategy.mode)], cont_names=['a'])
+    assert to.procs.fill_missing.na_dict == {'a': 5.}
+
+@pytest.mark.parametrize('kw,msg', [
+    (dict(cat_names=['nope']), "'nope'"),
+    (dict(cont_names=['s']), "'s'"),
+    (dict(cont_names=['allnan']), "'allnan'"),
+    (dict(cat_names=['s'], y_names='missing_y'), "'missing_y'"),
+])
+def test_bad_input_names_the_column(kw, msg):
+    df = pd.DataFrame({'s': ['x','y','z'], 'allnan': [np.nan]*3, 'y': [0,1,0]})
+    with pytest.raises(ValueError, match=msg): TabularGPU(df, procs=[Categorify, FillMissing, Normalize], **kw)
+
+def test_empty_training_split():
+    df = pd.DataFrame({'s': ['x','y'], 'y': [0,1]})
+    with pytest.raises(ValueError, match='training split is empty'):
+        TabularGPU(df, procs=[Categorify], cat_names=['s'], y_names='y', splits=[[], [0,1]])
+
+def test_unseen_target_label_is_an_error():
+    df = pd.DataFrame({'s': ['x','y','x'], 'y': ['a','b','c']})
+    with pytest.raises(ValueError, match="target 'y'"):
+        TabularGPU(df, procs=[Categorify], cat_names=['s'], y_names='y', y_block=CategoryBlock(), splits=[[0,1],[2]])
+
+def test_saved_state_round_trip_and_pickle(tmp_path):
+    df = synth_movielens(5_000, n_users=3_000, gpu=False)
+    to = TabularGPU(df, procs=[Categorify(max_size=500, unseen=True), FillMissing, Normalize], splits=random_splits(len(df)),
+                    y_block=CategoryBlock(), mh_names=BENCH_MH, **BENCH_SCHEMA)
+    save_procs(to, tmp_path, parquet_min=100)
+    assert list(tmp_path.glob('*.parquet')) and b'pickle' not in (tmp_path/'procs.json').read_bytes()
+    again = TabularGPU.from_saved(df.iloc[random_splits(len(df))[0]].reset_index(drop=True), tmp_path)
+    for n in to.cat_names + ['target']: assert again.items[n].tolist() == to.items[n].iloc[:len(to.train)].tolist(), n
+    assert [list(o) for o in again.items['genres']] == [list(o) for o in to.items['genres'].iloc[:len(to.train)]]
+    procs, names = load_procs(tmp_path)
+    cat = next(p for p in procs if isinstance(p, Categorify))
+    assert names['cat_names'] == list(to.cat_names) and cat.classes['userId'] == to.classes['userId']
+    # what `learn.export` pickles: the empty copy, which holds no data
+    e = pickle.loads(pickle.dumps(to.new_empty()))
+    assert len(e) == 0 and e.classes['movieId'] == to.classes['movieId']
+
+def test_fastai_procs_are_swapped_for_ours():
+    from fastai.tabular.core import Categorify as FC, FillMissing as FF
+    df = pd.DataFrame({'s': ['x','y'], 'a': [1., np.nan]})
+    to = TabularGPU(df, procs=[FC, FF], cat_names=['s'], cont_names=['a'])
+    assert [type(p) for p in to.procs] == [FillMissing, Categorify]
