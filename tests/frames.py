@@ -23,6 +23,7 @@ def frames(draw, min_rows=4, max_rows=60):
 CAT,CONT,MH = ['ci','cs','cc'],['xf','xi'],['mh']
 
 def usable(df, n_train):
-    "True if the training split has a value in every column and every validation label"
-    tr = df.iloc[:n_train]
+    "True if fastai can process it: training has a value in every column, every validation label, and a NaN where validation has one"
+    tr,va = df.iloc[:n_train],df.iloc[n_train:]
+    if (va[CONT].isna().any() & ~tr[CONT].isna().any()).any(): return False
     return bool(tr[CAT+CONT+MH].notna().any().all()) and set(df['yc'].iloc[n_train:]) <= set(tr['yc'])
