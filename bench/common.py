@@ -1,0 +1,35 @@
+"Shared by the bench scripts: timing, the results table, and writing results as JSON with the git commit."
+import json, statistics, subprocess, time, platform
+from pathlib import Path
+
+def sync():
+    "Wait for queued GPU work, where there is a GPU"
+    try:
+        import cupy; cupy.cuda.runtime.deviceSynchronize()
+    except Exception: pass
+
+def timed(f, repeats=5, warmup=1):
+    "(median seconds over `repeats` synchronised calls after `warmup`, first call's seconds, all times)"
+    ts = []
+    for i in range(warmup + repeats):
+        sync(); t = time.perf_counter(); f(); sync(); ts.append(time.perf_counter() - t)
+    return statistics.median(ts[warmup:]), ts[0], ts
+
+def device_name():
+    try:
+        import cupy; return cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()
+    except Exception: return platform.processor() or 'cpu'
+
+def commit():
+    try: return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+    except Exception: return 'unknown'
+
+def report(name, rows, cols, meta):
+    "Print `rows` (dicts) as a table of `cols` and write them with `meta` to bench/results/`name`.json"
+    w = {c: max(len(c), *(len(f"{r.get(c, '')}") for r in rows)) for c in cols}
+    print('  '.join(c.ljust(w[c]) for c in cols))
+    for r in rows: print('  '.join(f"{r.get(c, '')}".ljust(w[c]) for c in cols))
+    out = Path(__file__).parent/'results'/f'{name}.json'
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(dict(meta, commit=commit(), device=device_name(), rows=rows), indent=1))
+    return out

@@ -1,0 +1,82 @@
+"GPU suite (`pytest -m gpu`): our cuDF path equals our pandas path on the same data, multi-hot included."
+import pickle, numpy as np, pandas as pd, pytest
+from hypothesis import given, settings, assume, HealthCheck
+from fastai.data.block import CategoryBlock, RegressionBlock
+from fastai_gpu_tabular.backend import *
+from fastai_gpu_tabular.procs import Categorify, FillMissing, FillStrategy, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, save_procs
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH, main
+from frames import frames, usable, CAT, CONT, MH
+
+pytestmark = pytest.mark.gpu
+
+def pair(df, procs, **kw):
+    "The same `TabularGPU` built on pandas and on cuDF"
+    mk = lambda d: TabularGPU(d, procs=procs(), **kw)
+    return mk(to_pandas(df)), mk(to_backend(to_pandas(df), gpu=True))
+
+def assert_same(p, g):
+    assert is_cudf(g.items) and not is_cudf(p.items)
+    assert list(p.cat_names) == list(g.cat_names) and list(p.items.columns) == list(g.items.columns)
+    gi = to_pandas(g.items)
+    for n in p.cat_names: np.testing.assert_array_equal(gi[n].to_numpy(), p.items[n].to_numpy(), err_msg=n)
+    for n in p.cont_names:
+        assert gi[n].dtype == np.float32, n
+        np.testing.assert_allclose(gi[n].to_numpy(), p.items[n].to_numpy(), rtol=1e-6, atol=1e-7, err_msg=n)
+    for n in p.mh_names: assert [list(o) for o in gi[n]] == [list(o) for o in p.items[n]], n
+    for n in p.y_names:
+        if n in p.items.columns: np.testing.assert_allclose(gi[n].to_numpy(np.float64), p.items[n].to_numpy(np.float64), rtol=1e-6, err_msg=n)
+    for n,c in getattr(p, 'classes', {}).items(): assert list(c) == list(g.classes[n]), n
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(frames())
+def test_cudf_equals_pandas_random(d):
+    df, n_train = d
+    assume(usable(df, n_train))
+    splits = [list(range(n_train)), list(range(n_train, len(df)))]
+    for y, blk in (('yc', CategoryBlock()), ('yr', RegressionBlock())):
+        p, g = pair(df, lambda: [Categorify, FillMissing, Normalize], cat_names=CAT, cont_names=CONT, mh_names=MH,
+                    y_names=y, y_block=blk, splits=splits)
+        assert_same(p, g)
+    test = df.assign(ci=df['ci'].where(df.index % 3 > 0, 99.), xi=df['xi'].astype('float64').where(df.index % 2 > 0))
+    tp, tg = p.new(test), g.new(to_backend(test, gpu=True))
+    tp.process(); tg.process()
+    assert_same(tp, tg)
+
+@pytest.mark.parametrize('opts', [dict(), dict(freq_threshold=3), dict(max_size=1000, unseen=True), dict(unseen=True)])
+def test_cudf_equals_pandas_synthetic(opts):
+    df = synth_movielens(200_000, gpu=True)
+    tr, va = random_splits(len(df))
+    p, g = pair(df, lambda: [Categorify(**opts), FillMissing(fill_strategy=FillStrategy.mode), Normalize],
+                splits=(tr, va), y_block=CategoryBlock(), mh_names=BENCH_MH, **BENCH_SCHEMA)
+    assert_same(p, g)
+
+def test_synthetic_on_gpu_has_signal():
+    df = synth_movielens(500_000, gpu=True)
+    assert is_cudf(df) and len(df) == 500_000
+    assert 0.4 < float(df['target'].mean()) < 0.6
+    assert 0.02 < float(df['year'].isna().mean()) < 0.08
+    vc = df['movieId'].value_counts()
+    assert int(vc.iloc[0]) > 20 * float(vc.median())
+
+def test_sliced_list_column_values_offsets():
+    df = synth_movielens(1_000, gpu=True)
+    g = TabularGPU(df, procs=[Categorify], mh_names=['genres'], cat_names=['userId'])
+    s = g.items['genres'].iloc[300:310]
+    vals, offs = list_values_offsets(s)
+    rows = [list(o) for o in s.to_pandas()]
+    assert [vals[int(offs[i]):int(offs[i+1])].get().tolist() for i in range(10)] == rows
+
+def test_saved_state_from_gpu_applies_on_pandas(tmp_path):
+    df = synth_movielens(50_000, gpu=True)
+    splits = random_splits(len(df))
+    p, g = pair(df, lambda: [Categorify(max_size=2_000), FillMissing, Normalize], splits=splits, y_block=CategoryBlock(),
+                mh_names=BENCH_MH, **BENCH_SCHEMA)
+    save_procs(g, tmp_path, parquet_min=100)
+    again = TabularGPU.from_saved(to_pandas(df).iloc[splits[0]].reset_index(drop=True), tmp_path)
+    for n in p.cat_names + ['target']: np.testing.assert_array_equal(again.items[n].to_numpy(), p.items[n].iloc[:len(p.train)].to_numpy())
+    assert b'cudf' not in pickle.dumps(g.new_empty())
+
+def test_main_job_on_gpu(capsys):
+    main(data='synthetic', rows=100_000)
+    assert 'cuDF (GPU)' in capsys.readouterr().out
