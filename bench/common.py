@@ -1,5 +1,5 @@
 "Shared by the bench scripts: timing, the results table, and writing results as JSON with the git commit."
-import json, statistics, subprocess, time, platform
+import json, os, statistics, subprocess, time, platform
 from pathlib import Path
 
 def sync():
@@ -21,6 +21,7 @@ def device_name():
     except Exception: return platform.processor() or 'cpu'
 
 def commit():
+    if os.environ.get('BENCH_COMMIT'): return os.environ['BENCH_COMMIT']  # the device machine's copy has no git history
     try: return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
     except Exception: return 'unknown'
 
