@@ -122,6 +122,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                   'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.TabularGPU.new': ( 'tabular.html#tabulargpu.new',
                                                                                            'fastai_gpu_tabular/tabular.py'),
+                                            'fastai_gpu_tabular.tabular.TabularGPU.process': ( 'tabular.html#tabulargpu.process',
+                                                                                               'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.TabularGPU.setup': ( 'tabular.html#tabulargpu.setup',
                                                                                              'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.TabularGPU.show': ( 'tabular.html#tabulargpu.show',

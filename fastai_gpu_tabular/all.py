@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb #4827463f
+# %% ../nbs/99_all.ipynb #3cebbe57
 from fastai.tabular.all import *
 from .backend import *
 from .procs import *
