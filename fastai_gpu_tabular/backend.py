@@ -11,8 +11,8 @@ from fastcore.foundation import L
 
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'to_pandas', 'to_backend', 'nans_to_nulls', 'new_frame',
-           'host_list', 'as_index_array', 'take_rows', 'sorted_uniques', 'cat_codes', 'value_counts', 'first_mode',
-           'explode_rows', 'list_column', 'list_values_offsets']
+           'host_list', 'as_index_array', 'take_rows', 'shrink', 'sorted_uniques', 'cat_codes', 'value_counts',
+           'first_mode', 'explode_rows', 'list_column', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -75,7 +75,19 @@ def take_rows(df, idxs):
     "Rows of `df` at positions `idxs`, gathered on `df`'s device, index reset"
     return df.take(as_index_array(idxs, df)).reset_index(drop=True)
 
-# %% ../nbs/00_backend.ipynb #a7220d4e
+# %% ../nbs/00_backend.ipynb #7a044ed0
+def shrink(df, skip=()):
+    "`df` with each numeric column cast to the smallest type that holds it, as fastai's `df_shrink` (one pass of min/max)"
+    cols = [c for c in df.columns if c not in skip and df[c].dtype.kind in 'iuf']
+    if not cols or not len(df): return df
+    lo,hi = to_pandas(df[cols].min()),to_pandas(df[cols].max())
+    types = {'i': (np.int8, np.int16, np.int32, np.int64), 'u': (np.int8, np.int16, np.int32, np.int64), 'f': (np.float32, np.float64)}
+    info = lambda t: np.iinfo(t) if np.dtype(t).kind=='i' else np.finfo(t)
+    new = {c: next(t for t in types[df[c].dtype.kind] if info(t).min <= lo[c] and hi[c] <= info(t).max) for c in cols
+           if lo[c]==lo[c]}
+    return df.astype({c: t for c,t in new.items() if np.dtype(t) != df[c].dtype})
+
+# %% ../nbs/00_backend.ipynb #d99e043a
 def _gpu_numeric(s)->bool: return is_cudf(s) and s.dtype.kind in 'biuf'
 
 def sorted_uniques(s)->list:
@@ -103,7 +115,7 @@ def cat_codes(s, cats:list):
     c = s.astype(df_lib(s).CategoricalDtype(categories=cats)).cat.codes
     return c.fillna(-1).astype('int64') if is_cudf(s) else c.astype('int64')
 
-# %% ../nbs/00_backend.ipynb #d99e043a
+# %% ../nbs/00_backend.ipynb #eea1fa12
 def value_counts(s)->pd.Series:
     "Host series of non-missing value → count in `s`"
     return to_pandas(s.value_counts(dropna=True))
@@ -117,7 +129,7 @@ def first_mode(s):
     g = d.groupby('v').agg(n=('pos','count'), first=('pos','min')).reset_index()
     return to_pandas(g.sort_values(['n','first'], ascending=[False,True])['v']).iloc[0]
 
-# %% ../nbs/00_backend.ipynb #29bfafe8
+# %% ../nbs/00_backend.ipynb #648ac3b9
 def _is_str(s):
     "True if `s` holds strings (not lists)"
     if is_cudf(s): return s.dtype == object or str(s.dtype) == 'str'
@@ -134,7 +146,7 @@ def explode_rows(s, sep:str='|'):
     if _is_str(e): e = e.where(e != '')
     return e, offs
 
-# %% ../nbs/00_backend.ipynb #648ac3b9
+# %% ../nbs/00_backend.ipynb #8995d1b7
 def list_column(values, offsets, like):
     "A list column of `values` split at `offsets`, on the backend of series `like` (with its index and name)"
     if not is_cudf(like):

@@ -62,11 +62,12 @@ def synth_movielens(
                       'target': (logit > 0).astype(np.int8)}, gpu=gpu)
 
 # %% ../nbs/03_data.ipynb #e95babed
-def random_splits(n:int, valid_pct:float=0.2, seed:int=42)->tuple[np.ndarray,np.ndarray]:
-    "(train, valid) row positions: a random `valid_pct` of `n` rows for validation"
+def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like=None)->tuple:
+    "(train, valid) row positions: a random `valid_pct` of `n` rows for validation, on `like`'s device if given"
     perm = np.random.RandomState(seed).permutation(n)
     cut = int(valid_pct*n)
-    return np.sort(perm[cut:]), np.sort(perm[:cut])
+    res = np.sort(perm[cut:]), np.sort(perm[:cut])
+    return res if like is None else tuple(as_index_array(o, like) for o in res)
 
 # %% ../nbs/03_data.ipynb #772ceec4
 # tuples: fastai's `TabularPandas` appends `_na` columns to the `cat_names` list it is given

@@ -75,7 +75,15 @@ class Categorify(_FaiCategorify):
     def _encode(self, n, s):
         res = self._reserved()
         code = lambda t: len(self.vocab[n])+1+res.index(t) if t in res else None
-        return encode_codes(s, self.vocab[n], self.rare[n], code(RARE), code(UNSEEN))
+        return encode_codes(s, self._array(n), self.rare[n], code(RARE), code(UNSEEN))
+
+    def _array(self, n):
+        "`vocab[n]` as a numpy array if numeric, made once (the plain list is what is saved)"
+        c = self.__dict__.setdefault('_arrays', {})
+        if n not in c or c[n][0] is not self.vocab[n]:
+            a = np.asarray(self.vocab[n])
+            c[n] = (self.vocab[n], a if a.dtype.kind in 'biuf' else self.vocab[n])
+        return c[n][1]
 
     def encodes(self, to):
         for n in to.cat_names:

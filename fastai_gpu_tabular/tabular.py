@@ -69,7 +69,7 @@ class TabularGPU(TabularPandas):
             df = take_rows(df, array_lib(df).concatenate(splits))  # a new frame: no copy needed
         elif not inplace: df = df.copy()
         if do_setup: df = nans_to_nulls(df)
-        if reduce_memory: df = df_shrink(df, skip=L(mh_names), obj2cat=False)
+        if reduce_memory: df = shrink(df, skip=L(mh_names))
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         CollBase.__init__(self, df)
         self.y_names,self.device,self.mh_names = L(y_names),device,L(mh_names)
