@@ -11,5 +11,7 @@ from .backend import *
 from .procs import *
 from .tabular import *
 from .data import *
+from .loader import *
+from .learner import *
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name
 __all__ = [o for o in dir() if not o.startswith('_')]

@@ -20,7 +20,7 @@ from .procs import *
 __all__ = ['check_names', 'TabularGPU', 'save_procs', 'load_procs']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
-def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y=True):
+def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y=True, check_types=True):
     "Raise a `ValueError` naming the first column that is missing from `df` or of the wrong kind"
     cols = set(df.columns)
     for kind,names in (('cat_names',cat_names), ('cont_names',cont_names), ('mh_names',mh_names), ('y_names',y_names)):
@@ -31,7 +31,7 @@ def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y
             hint = ("pass a frame that has the target, or leave `y_names` empty" if kind=='y_names' else
                     f"remove it from `{kind}` or add it to the frame")
             raise ValueError(f"column '{n}' (in `{kind}`) is not in the frame: {hint}. Columns: {sorted(map(str,cols))[:20]}")
-    for n in L(cont_names) if len(df) else []:
+    for n in L(cont_names) if len(df) and check_types else []:
         dt = df[n].dtype
         if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)):
             raise ValueError(f"continuous column '{n}' has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
@@ -63,7 +63,7 @@ class TabularGPU(TabularPandas):
         reduce_memory:bool=True, # Shrink numeric dtypes (strings stay strings: vocabularies come from the training split)
         mh_names=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
     ):
-        check_names(df, cat_names, cont_names, mh_names, y_names, need_y=do_setup)
+        check_names(df, cat_names, cont_names, mh_names, y_names, need_y=do_setup, check_types=do_setup)
         if splits is not None:
             splits = [as_index_array(s, df) for s in splits]
             df = take_rows(df, array_lib(df).concatenate(splits))  # a new frame: no copy needed
@@ -94,6 +94,11 @@ class TabularGPU(TabularPandas):
 
     def process(self):
         self.items = nans_to_nulls(self.items)
+        for n in self.cont_names:  # e.g. a row turned into a frame by `predict` has object columns
+            if n in self.items.columns and self.items[n].dtype == object:
+                try: self.items[n] = pd.to_numeric(self.items[n])
+                except (ValueError, TypeError): raise ValueError(f"continuous column '{n}' holds values that are not numbers") from None
+        check_names(self.items, cont_names=[n for n in self.cont_names if n in self.items.columns])
         super().process()
 
     def new(self, df, inplace=False):
