@@ -37,7 +37,7 @@ def synth_movielens(
     seed:int=42, # Random seed
     gpu:bool|None=None, # Build with cuDF on the GPU (default: when available)
 ):
-    "MovieLens-shaped ratings with a known signal: userId, movieId, hour, genres, year, days, target"
+    "MovieLens-shaped ratings with a known signal: userId, movieId, hour, genres, days, year, target"
     gpu = ifnone(gpu, gpu_available())
     xp = array_lib(new_frame({'a':[0]}, gpu=gpu))
     rs,hrs = xp.random.RandomState(seed),np.random.RandomState(seed)
@@ -58,7 +58,7 @@ def synth_movielens(
              + 0.3*xp.nan_to_num((yr-1990)/25) + 0.2*(days/3650-0.5) + f32(rs.standard_normal(n)))
     names = new_frame({'g': ['|'.join(GENRES[i] for i in g) for g in item_genres]}, gpu=gpu)['g']
     return new_frame({'userId': user, 'movieId': item, 'hour': hour.astype(np.int8),
-                      'genres': names.take(item).reset_index(drop=True), 'year': yr, 'days': days,
+                      'genres': names.take(item).reset_index(drop=True), 'days': days, 'year': yr,
                       'target': (logit > 0).astype(np.int8)}, gpu=gpu)
 
 # %% ../nbs/03_data.ipynb #e95babed

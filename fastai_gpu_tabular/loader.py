@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_loader.ipynb #e43fd31c
 from __future__ import annotations
-import random
+import os, random
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL, DataLoaders
 from fastai.data.block import TransformBlock, CategoryBlock, RegressionBlock
@@ -24,7 +24,9 @@ def col_tensor(s)->Tensor:
     return torch.from_dlpack(s.values) if is_cudf(s) else torch.from_numpy(np.ascontiguousarray(s.to_numpy()))
 
 def _block(df, names, dtype):
+    "Columns `names` of `df` as one contiguous (rows, columns) tensor on `df`'s device: a single copy"
     if not len(names): return torch.zeros(len(df), 0, dtype=dtype, device='cuda' if is_cudf(df) else 'cpu')
+    if not is_cudf(df): return torch.from_numpy(np.stack([df[n].to_numpy(torch.empty(0, dtype=dtype).numpy().dtype) for n in names], 1))
     return torch.stack([col_tensor(df[n]).to(dtype) for n in names], 1)
 
 def _move(t, device, pin):
@@ -34,9 +36,10 @@ def _move(t, device, pin):
 
 # %% ../nbs/04_loader.ipynb #ca8b3831
 def device_bytes_free(device)->int:
-    "Free memory on `device` (bytes); unlimited for the CPU"
+    "Free memory on `device` in bytes: the GPU's, or the host's available memory for the CPU"
     device = torch.device(device)
-    return torch.cuda.mem_get_info(device)[0] if device.type=='cuda' else 2**62
+    if device.type=='cuda': return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf('SC_AVPHYS_PAGES')*os.sysconf('SC_PAGE_SIZE')
 
 class TabTensors:
     "The processed columns of a `TabularGPU` as tensors: `cats` (int64), `conts` (float32), `ys`, `mh` {name: (values, offsets)}"
@@ -48,8 +51,9 @@ class TabTensors:
             8*(len(df)+1) + 8*int(to_pandas(df[m].list.len().sum()) if is_cudf(df) else df[m].map(len).sum()) for m in to.mh_names)
         target = torch.device('cpu') if host else torch.device(device)
         if need > 0.9*device_bytes_free(target): raise MemoryError(
-            f"the data needs {need/2**30:.1f} GiB on {target}, more than its free memory: pass `host=True` to "
-            f"`dataloaders` to keep it in pinned host memory and copy each batch to the device as it is used")
+            f"the data needs {need/2**30:.2f} GiB on {target}, more than its free memory: " + (
+            "pass `host=True` to `dataloaders` to keep it in pinned host memory and copy each batch to the device as it is used"
+            if target.type=='cuda' else "use fewer rows or columns, or a machine with more memory"))
         pin = torch.cuda.is_available() and (host or target.type=='cuda')
         mv = (lambda t: t.cpu().pin_memory() if pin else t.cpu()) if host else (lambda t: _move(t, target, pin))
         self.cats,self.conts = mv(_block(df, to.cat_names, torch.int64)),mv(_block(df, to.cont_names, torch.float32))
