@@ -82,4 +82,4 @@ def test_training_on_gpu_and_export_to_cpu(tmp_path):
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**__import__('os').environ, 'CUDA_VISIBLE_DEVICES': ''})
     assert out.returncode == 0, out.stderr[-2000:]
     probs = eval(out.stdout.strip().splitlines()[-1])
-        np.testing.assert_allclose(probs, learn.predict(row)[2].cpu().tolist(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(probs, learn.predict(row)[2].cpu().tolist(), rtol=1e-4, atol=1e-5)
