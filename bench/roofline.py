@@ -2,11 +2,13 @@
 import time, torch
 from common import sync
 
-def plain_loop(model, cats, conts, ys, bs, n_batches, warmup=5, lr=1e-3, mh=None):
-    """rows/s of a plain training loop: batches by index gather from device tensors, torch's Adam, cross-entropy.
+def plain_loop(model, cats, conts, ys, bs, n_batches, warmup=5, lr=1e-3, mh=None, opt_func=None):
+    """rows/s of a plain training loop: batches by index gather from device tensors, `opt_func` (default fastai's `Adam`
+    with its defaults, as the Learner runs it), cross-entropy.
     `mh`: optional list of (values, offsets) multi-hot columns, gathered per batch like the loader does."""
     from fastai_gpu_tabular.loader import bag_batch
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    if opt_func is None: from fastai.optimizer import Adam as opt_func
+    opt = opt_func(list(model.parameters()), lr=lr)
     model.train()
     n = len(cats)
     g = torch.Generator(device=cats.device); g.manual_seed(0)
@@ -15,7 +17,7 @@ def plain_loop(model, cats, conts, ys, bs, n_batches, warmup=5, lr=1e-3, mh=None
         idx = perm[(i*bs) % (n-bs+1):][:bs]
         xs = (cats[idx], conts[idx]) + ((tuple(bag_batch(v, o, idx) for v, o in mh),) if mh else ())
         loss = torch.nn.functional.cross_entropy(model(*xs), ys[idx].view(-1))
-        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+        loss.backward(); opt.step(); opt.zero_grad()
     for i in range(warmup): step(i)
     sync(); t = time.perf_counter()
     for i in range(n_batches): step(warmup + i)

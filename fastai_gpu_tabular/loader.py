@@ -158,9 +158,9 @@ class BatchDataLoader(TfmdDL):
         if len(self) > full: res.append(torch.tensor_split(order[full*bs*w:], w)[r])
         return res
 
-    def create_batch(self, idx:Tensor):
-        "The batch of rows `idx`: (cats, conts[, multi-hot], ys) gathered from the tensors"
-        t = self.tensors()
+    def create_batch(self, idx:Tensor, t:TabTensors|None=None):
+        "The batch of rows `idx`: (cats, conts[, multi-hot], ys) gathered from the tensors `t` (default: `tensors()`)"
+        t = ifnone(t, self.tensors())
         b = (t.cats[idx], t.conts[idx])
         if t.mh: b += (tuple(bag_batch(*vo, idx) for vo in t.mh.values()),)
         if t.ys is not None: b += (t.ys[idx],)
@@ -168,9 +168,11 @@ class BatchDataLoader(TfmdDL):
 
     def __iter__(self):
         self.before_iter()
-        batches = map(self.create_batch, self.batch_idxs(self.order()))
+        t = self.tensors()
+        batches = (self.create_batch(idx, t) for idx in self.batch_idxs(self.order()))
         if self.host: batches = _prefetch(batches, self.device)
-        for b in batches: yield self.after_batch(b)
+        tfm = self.after_batch if [type(f) for f in self.after_batch.fs] != [ReadTabBatchGPU] else noop  # skip an identity pipeline
+        for b in batches: yield tfm(b)
         self.after_iter()
         if self.shuffle: self.epoch += 1
 
