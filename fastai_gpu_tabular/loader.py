@@ -68,7 +68,7 @@ class TabTensors:
         res.mh,res.device = {m: tuple(t.to(device) for t in vo) for m,vo in self.mh.items()},torch.device(device)
         return res
 
-# %% ../nbs/04_loader.ipynb #97a30d93
+# %% ../nbs/04_loader.ipynb #6044736d
 def bag_batch(values:Tensor, offsets:Tensor, idx:Tensor)->tuple[Tensor,Tensor]:
     "(values, start offsets) of rows `idx` of the multi-hot column (`values`, `offsets`), for `nn.EmbeddingBag`"
     starts = offsets[idx]
@@ -79,7 +79,7 @@ def bag_batch(values:Tensor, offsets:Tensor, idx:Tensor)->tuple[Tensor,Tensor]:
     pos = torch.arange(total, device=idx.device) + torch.repeat_interleave(starts-offs[:-1], lens, output_size=total)
     return values[pos], offs[:-1]
 
-# %% ../nbs/04_loader.ipynb #16ddebbe
+# %% ../nbs/04_loader.ipynb #3722b3dc
 def _dist_rank_world(rank, world_size):
     if rank is not None and world_size is not None: return rank, world_size
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -102,7 +102,7 @@ class ReadTabBatchGPU(ReadTabBatch):
             cols.update({n: y[:,i] for i,n in enumerate(to.y_names)})
         return to.new(pd.DataFrame(cols))
 
-# %% ../nbs/04_loader.ipynb #3722b3dc
+# %% ../nbs/04_loader.ipynb #1ca2ee75
 @delegates(TfmdDL.__init__)
 class BatchDataLoader(TfmdDL):
     "Batches of a `TabularGPU` gathered on the device, in an order seeded by (`seed`, epoch), sharded by `rank`"
@@ -188,7 +188,7 @@ class BatchDataLoader(TfmdDL):
         kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host)
         return super().new(dataset, cls, **merge(kw, kwargs))
 
-# %% ../nbs/04_loader.ipynb #2f17f2f5
+# %% ../nbs/04_loader.ipynb #f0c97802
 def _prefetch(batches, device):
     "Copy host batches to `device` one ahead, on a side stream"
     if device is None or device.type != 'cuda':
@@ -203,7 +203,7 @@ def _prefetch(batches, device):
         pending = nb
     if pending is not None: yield pending
 
-# %% ../nbs/04_loader.ipynb #f0c97802
+# %% ../nbs/04_loader.ipynb #3ba5a958
 TabularGPU._dl_type,TabularGPU._dbunch_type = BatchDataLoader,TabularDataLoaders
 
 @patch
@@ -211,7 +211,7 @@ def __getstate__(self:TabularGPU):
     "Pickle without the tensors cached for the loaders"
     return {k:v for k,v in self.__dict__.items() if k != '_tensors'}
 
-# %% ../nbs/04_loader.ipynb #19de4580
+# %% ../nbs/04_loader.ipynb #a72a8e3d
 @patch(cls_method=True)
 @delegates(BatchDataLoader.__init__)
 def from_gpu_df(cls:TabularDataLoaders,

@@ -85,10 +85,14 @@ def test_fastai_integration():
     assert torch.allclose(shifted[1], b[1] + 1)
     test = dls.test_dl(rows_frame(30, seed=5).drop(columns='y'))
     assert len(test.dataset) == 30 and len(test.one_batch()) == 2
+    dls.to('cpu')
+    assert dls.train.device == torch.device('cpu') and dls.valid.one_batch()[0].device.type == 'cpu'
     dec = dls.valid.decode(b)
     assert list(dec.items.columns)[:2] == ['rid', 'cat'] and len(dec) == 100
     learn = tabular_learner(dls, layers=[8])
     learn.remove_cb(ProgressCallback)
+    sug = learn.lr_find(num_it=12, show_plot=False)
+    assert sug.valley > 0 and len(learn.recorder.lrs) > 0
     preds, targs = learn.get_preds()
     assert len(preds) == 400 and targs.view(-1).tolist() == to.valid.items['y'].tolist()
 
