@@ -165,13 +165,13 @@ class Normalize(_FaiNormalize):
     "Normalize continuous columns with training-split statistics, float32 output, on cuDF or pandas"
     order = 99
     def setups(self, to:Tabular):
-        tr = getattr(to, 'train', to).items[list(to.cont_names)]
+        tr = getattr(to, 'train', to).items[list(to.cont_names)].astype('float64')  # float64 statistics on both backends
         self.means = {n: _py(v) for n,v in to_pandas(tr.mean()).items()}
         self.stds = {n: _py(v)+1e-7 for n,v in to_pandas(tr.std(ddof=0)).items()}
         return self(to)
 
     def encodes(self, to:Tabular):
-        for n in to.cont_names: to.items[n] = ((to.items[n]-self.means[n]) / self.stds[n]).astype('float32')
+        for n in to.cont_names: to.items[n] = ((to.items[n].astype('float64')-self.means[n]) / self.stds[n]).astype('float32')
         return to
 
     def decodes(self, to:Tabular):

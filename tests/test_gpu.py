@@ -31,6 +31,16 @@ def assert_same(p, g):
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(frames())
 def test_cudf_equals_pandas_random(d):
+    _check_random(d)
+
+def test_cudf_equals_pandas_constant_float32_column():
+    "Regression: one training value in a float32 column (std 0) once normalised to +1.19 on pandas and -1.19 on cuDF"
+    df = pd.DataFrame({'ci': [np.nan]*5 + [0.] + [np.nan]*3, 'cs': [None]*5 + ['a'] + [None]*3, 'cc': [7]*9,
+                       'mh': pd.Series([None]*5 + [''] + [None]*3, dtype=object), 'xf': np.array([np.nan]*5 + [1.603822] + [np.nan]*3, np.float32),
+                       'xi': [0]*9, 'yc': ['no']*9, 'yr': [0.]*9})
+    _check_random((df, 6))
+
+def _check_random(d):
     df, n_train = d
     assume(usable(df, n_train))
     splits = [list(range(n_train)), list(range(n_train, len(df)))]
