@@ -1,0 +1,40 @@
+"ForeachLamb against fastai's Lamb through a Learner: schedulers, parameter groups, wd_bn_bias, no host sync in the step."
+import numpy as np, pandas as pd, pytest, torch
+from fastai.tabular.all import CategoryBlock, ProgressCallback, Lamb, set_seed, Callback, CancelFitException
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.optimizer import ForeachLamb
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+
+class StopAfter(Callback):
+    def __init__(self, n): self.n = n
+    def after_batch(self):
+        if self.training and self.iter == self.n - 1: raise CancelFitException()
+
+def trained(opt_func, wd, wd_bn_bias, n=3):
+    set_seed(0)
+    df = synth_movielens(5_000, n_users=300, n_items=200, gpu=False)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df)), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    learn = tabular_learner(to.dataloaders(bs=256, seed=0, device='cpu'), layers=[32, 16], opt_func=opt_func, wd=wd, wd_bn_bias=wd_bn_bias)
+    learn.remove_cb(ProgressCallback)
+    learn.fit_one_cycle(1, 1e-2, cbs=StopAfter(n))
+    return learn
+
+@pytest.mark.parametrize('wd,wd_bn_bias', [(0., False), (0.1, False), (0.1, True)])
+def test_learner_matches_fastai_lamb(wd, wd_bn_bias):
+    ours, theirs = trained(ForeachLamb, wd, wd_bn_bias), trained(Lamb, wd, wd_bn_bias)
+    assert ours.opt.hypers[0]['mom'] == theirs.opt.hypers[0]['mom']  # one-cycle schedules mom too
+    for (n, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
+    sd = ours.opt.state_dict()
+    assert {'grad_avg', 'sqr_avg', 'step'} <= set(sd['state'][0])
+
+def test_parameters_without_grad_are_not_stepped():
+    learn = trained(ForeachLamb, 0.1, False, n=1)
+    ps = list(learn.model.parameters())
+    before = [p.detach().clone() for p in ps]
+    for p in ps: p.grad = torch.ones_like(p)
+    ps[0].grad = None  # frozen, as `freeze_to` leaves it
+    learn.opt.step()
+    assert torch.equal(ps[0], before[0]) and all(not torch.equal(a, b) for a, b in zip(ps[1:], before[1:]))
