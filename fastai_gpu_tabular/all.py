@@ -13,5 +13,6 @@ from .tabular import *
 from .data import *
 from .loader import *
 from .learner import *
+from .optimizer import *
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name
 __all__ = [o for o in dir() if not o.startswith('_')]
