@@ -26,7 +26,7 @@ def col_tensor(s)->Tensor:
 def _block(df, names, dtype):
     "Columns `names` of `df` as one contiguous (rows, columns) tensor on `df`'s device: a single copy"
     if not len(names): return torch.zeros(len(df), 0, dtype=dtype, device='cuda' if is_cudf(df) else 'cpu')
-    if not is_cudf(df): return torch.from_numpy(np.stack([df[n].to_numpy(torch.empty(0, dtype=dtype).numpy().dtype) for n in names], 1))
+    if not is_cudf(df): return torch.from_numpy(np.stack([df[n].to_numpy({torch.int64: np.int64, torch.float32: np.float32}[dtype]) for n in names], 1))
     return torch.stack([col_tensor(df[n]).to(dtype) for n in names], 1)
 
 def _move(t, device, pin):

@@ -36,7 +36,8 @@ def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y
         if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)):
             raise ValueError(f"continuous column '{n}' has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
                              f"or move it to `cat_names`")
-    dup = [n for n in L(cat_names)+L(cont_names)+L(mh_names) if (L(cat_names)+L(cont_names)+L(mh_names)).count(n)>1]
+    names = list(L(cat_names)+L(cont_names)+L(mh_names))
+    dup = [n for n in names if names.count(n)>1]
     if dup: raise ValueError(f"column '{dup[0]}' is in more than one of `cat_names`, `cont_names`, `mh_names`: keep it in one")
 
 # %% ../nbs/02_tabular.ipynb #e7ea3d7b
