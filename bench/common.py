@@ -34,3 +34,23 @@ def report(name, rows, cols, meta):
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(dict(meta, commit=commit(), device=device_name(), rows=rows), indent=1))
     return out
+
+def learner_rate(learn, bs, rows, repeats=5, warm=3, lr=1e-3):
+    "(rows/s through `learn.fit`: median of `repeats` timed runs of `rows` rows after `warm` batches, all times)"
+    from fastai.callback.core import Callback, CancelFitException
+    from fastai.callback.progress import ProgressCallback
+    class Timed(Callback):
+        "Time `n` training batches after `warm` ones, then stop the fit"
+        order = 99
+        def __init__(self, n): self.n, self.t = n, None
+        def after_batch(self):
+            if not self.training: return
+            if self.iter == warm - 1: sync(); self.t0 = time.perf_counter()
+            if self.iter == warm + self.n - 1:
+                sync(); self.t = time.perf_counter() - self.t0; raise CancelFitException()
+    n = max(1, min(rows // bs, len(learn.dls.train) - warm))
+    learn.remove_cb(ProgressCallback)
+    ts = []
+    for _ in range(repeats):
+        cb = Timed(n); learn.fit(1, lr, cbs=cb); ts.append(cb.t)
+    return n * bs / statistics.median(ts), ts

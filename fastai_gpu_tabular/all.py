@@ -12,6 +12,7 @@ from .procs import *
 from .tabular import *
 from .data import *
 from .loader import *
+from .recorder import *
 from .learner import *
 from .optimizer import *
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name

@@ -9,6 +9,7 @@ from fastai.tabular.learner import tabular_learner as _fai_tabular_learner
 from fastai.tabular.model import _one_emb_sz
 from .tabular import *
 from .loader import *
+from .recorder import *
 from .backend import gpu_available, to_pandas
 from .data import movielens_sample, movielens_tabular
 import time
@@ -45,17 +46,18 @@ class TabularModelMH(TabularModel):
 @delegates(_fai_tabular_learner)
 def tabular_learner(dls, layers=None, emb_szs=None, config=None, n_out=None, y_range=None,
                     mh_mode:str='sum', # How multi-hot bags combine their embeddings: 'sum' or 'mean'
+                    show_every:int=25, # Batches between two refreshes of the progress bar's loss (`DeviceRecorder`)
                     **kwargs):
-    "fastai's `tabular_learner`, with `TabularModelMH` when `dls` has multi-hot columns"
+    "fastai's `tabular_learner`, with `TabularModelMH` when `dls` has multi-hot columns, and a `DeviceRecorder`"
     mh_names = getattr(dls.train_ds, 'mh_names', None)
-    if not mh_names: return _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs)
+    if not mh_names: return _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs).record_on_device(show_every)
     config,layers,sz = ifnone(config, tabular_config()),ifnone(layers, [200,100]),ifnone(emb_szs, {})
     n_out = ifnone(n_out, get_c(dls))
     if not n_out: raise ValueError("`n_out` is not defined and could not be inferred from the data: pass `n_out`")
     if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
     model = TabularModelMH(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                            mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range, **config)
-    return TabularLearner(dls, model, **kwargs)
+    return TabularLearner(dls, model, **kwargs).record_on_device(show_every)
 
 # %% ../nbs/05_learner.ipynb #e01b00ff
 @call_parse

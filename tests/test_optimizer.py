@@ -12,11 +12,11 @@ class StopAfter(Callback):
     def after_batch(self):
         if self.training and self.iter == self.n - 1: raise CancelFitException()
 
-def trained(opt_func, wd, wd_bn_bias, n=3):
+def trained(opt_func, wd, wd_bn_bias, n=3, device='cpu'):
     set_seed(0)
-    df = synth_movielens(5_000, n_users=300, n_items=200, gpu=False)
+    df = synth_movielens(5_000, n_users=300, n_items=200, gpu=device != 'cpu')
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df)), y_block=CategoryBlock(), **BENCH_SCHEMA)
-    learn = tabular_learner(to.dataloaders(bs=256, seed=0, device='cpu'), layers=[32, 16], opt_func=opt_func, wd=wd, wd_bn_bias=wd_bn_bias)
+    learn = tabular_learner(to.dataloaders(bs=256, seed=0, device=device), layers=[32, 16], opt_func=opt_func, wd=wd, wd_bn_bias=wd_bn_bias)
     learn.remove_cb(ProgressCallback)
     learn.fit_one_cycle(1, 1e-2, cbs=StopAfter(n))
     return learn

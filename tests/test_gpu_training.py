@@ -1,0 +1,60 @@
+"""GPU suite for the training loop (`pytest -m gpu`): no host synchronisation per batch in fp32 and bf16 with the
+DeviceRecorder and the BatchDataLoader (fastai's own Recorder does synchronise: the check can fail), and mixed
+precision with the loader and EmbeddingBag, keeping fp32 master weights and optimizer state."""
+import pytest, torch
+from torch import nn
+from fastai.tabular.all import CategoryBlock, Adam, RocAucBinary, Recorder, ProgressCallback, set_seed
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.optimizer import ForeachLamb
+from fastai_gpu_tabular.recorder import CheckNoSync, DeviceRecorder
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+
+pytestmark = pytest.mark.gpu
+
+def learner(mh=False, opt_func=ForeachLamb, bs=2048, n=100_000):
+    set_seed(0)
+    df = synth_movielens(n, n_users=3_000, n_items=1_000, gpu=True)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(),
+                    mh_names=BENCH_MH if mh else (), **BENCH_SCHEMA)
+    learn = tabular_learner(to.dataloaders(bs=bs, seed=0), layers=[128, 64], opt_func=opt_func, metrics=RocAucBinary())
+    return learn
+
+def fit_checked(learn, n_epoch=2, lr=3e-3):
+    try: learn.fit_one_cycle(n_epoch, lr, cbs=CheckNoSync())
+    finally: torch.cuda.set_sync_debug_mode('default')
+    return learn
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+@pytest.mark.parametrize('opt_func', [ForeachLamb, Adam])
+def test_training_loop_has_no_host_sync(precision, opt_func):
+    learn = learner(opt_func=opt_func)
+    assert isinstance(learn.recorder, DeviceRecorder)
+    if precision == 'bf16': learn.to_bf16()
+    fit_checked(learn)  # progress bar on: its loss comes from the non-blocking copies
+    assert learn.recorder.values[-1][-1] > 0.6 and len(learn.recorder.losses) == 2*len(learn.dls.train)
+    assert learn.recorder.shown_loss is not None and not learn.recorder.losses[-1].is_cuda
+
+def test_fastai_recorder_is_caught_synchronising():
+    learn = learner()
+    learn.remove_cb(learn.recorder); learn.add_cb(Recorder())
+    with pytest.raises(RuntimeError, match='synchroniz'): fit_checked(learn, n_epoch=1)
+
+@pytest.mark.parametrize('precision', ['bf16', 'fp16'])
+def test_mixed_precision_with_embedding_bags(precision):
+    learn = learner(mh=True)
+    getattr(learn, f'to_{precision}')()
+    seen = []
+    h = learn.model.layers[0][0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))  # the first Linear
+    learn.fit_one_cycle(2, 3e-3)
+    h.remove()
+    assert seen[0] == {'bf16': torch.bfloat16, 'fp16': torch.float16}[precision]
+    assert all(p.dtype == torch.float32 for p in learn.model.parameters())
+    assert all(t.dtype == torch.float32 for s in learn.opt.state.values() for k, t in s.items() if k in ('grad_avg', 'sqr_avg'))
+    assert learn.opt._tables and learn.recorder.values[-1][-1] > 0.6
+
+def test_lr_find_reads_exact_losses():
+    learn = learner()
+    sug = learn.lr_find(show_plot=False)
+    assert 1e-5 < sug.valley < 1 and all(not l.is_cuda for l in learn.recorder.losses)
