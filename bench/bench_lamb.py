@@ -21,7 +21,7 @@ from fastai_gpu_tabular.backend import gpu_available
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.optimizer import ForeachLamb
+from fastai_gpu_tabular.optimizer import ForeachLamb, _Table
 from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
 
 p = argparse.ArgumentParser()
@@ -30,6 +30,7 @@ p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--steps', type=int, default=50)
 p.add_argument('--repeats', type=int, default=5)
 p.add_argument('--rows-timed', type=int, default=3_000_000)
+p.add_argument('--configs', nargs='*', default=[], help='more fused-kernel shapes to time, as BLOCKxWARPS (e.g. 1024x4)')
 a = p.parse_args()
 assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
 LAYERS = [512, 256]
@@ -52,9 +53,9 @@ def no_sync(opt):
 def step_ms(make):
     m = copy.deepcopy(base)
     ps = list(m.parameters())
-    opt = make(ps)
     g = torch.Generator(device='cuda'); g.manual_seed(0)
     for p in ps: p.grad = torch.randn(p.shape, device='cuda', generator=g) * 1e-3
+    opt = make(ps)
     for _ in range(3): opt.step()
     ts = []
     for _ in range(a.repeats):
@@ -71,7 +72,17 @@ opts = {"fastai Lamb": lambda ps: Lamb(ps, lr=1e-3, wd=0.01),
         "torch AdamW, fused": lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01, fused=True),
         "torch Adam, foreach": lambda ps: torch.optim.Adam(ps, lr=1e-3, foreach=True),
         "fastai Adam": lambda ps: Adam(ps, lr=1e-3, wd=0.01)}
-floats_moved = {"ours, fused (Triton)": 10, "torch AdamW, fused": 7}  # reads + writes per parameter, at the least
+def shaped(block, warps):
+    "our fused LAMB with kernel blocks of `block` elements and `warps` warps"
+    def make(ps):
+        _Table.BLOCK, _Table.WARPS = block, warps
+        opt = ForeachLamb(ps, lr=1e-3, wd=0.01, fused=True); opt.step()  # the tables take the shape now
+        _Table.BLOCK, _Table.WARPS = default_shape
+        return opt
+    return make
+default_shape = _Table.BLOCK, _Table.WARPS
+for c in a.configs: opts[f"ours, fused, {c}"] = shaped(*map(int, c.split('x')))
+floats_moved = {k: 10 for k in opts if k.startswith('ours, fused')} | {"torch AdamW, fused": 7}  # reads + writes per parameter, at the least
 steps = {k: step_ms(f) for k, f in opts.items()}
 ref = steps["torch AdamW, fused"][0]
 rows = [dict(part='step', run=k, ms=round(t, 3), over_fused_adamw=round(t / ref, 2), host_syncs=s,

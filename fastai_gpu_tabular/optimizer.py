@@ -20,60 +20,67 @@ except ImportError: triton = None
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
     @triton.jit
+    def _block_ptrs(X, i, idx, BLOCK:tl.constexpr):
+        "Pointers to elements `idx` of the float32 tensor at address `X[i]`: 16-byte aligned and contiguous, so loads vectorise"
+        ptrs = tl.load(X + i).to(tl.pointer_type(tl.float32)) + idx
+        return tl.max_contiguous(tl.multiple_of(ptrs, 16), BLOCK)
+
+    @triton.jit
     def _lamb_kernel(P, G, M, V, NUMEL, WDM, BP, BO, PART, SUMS, lr, wd, mom, sqr_mom, c1, c2, eps,
                      DECOUPLE:tl.constexpr, APPLY:tl.constexpr, BLOCK:tl.constexpr):
         "One block of one parameter: update the averages and write the block's sums of p² and u², or (`APPLY`) step p"
         b = tl.program_id(0)
-        i,off = tl.load(BP + b),tl.load(BO + b)
+        i,off = tl.load(BP + b),tl.multiple_of(tl.load(BO + b), BLOCK)
         n = tl.load(NUMEL + i)
         idx = off + tl.arange(0, BLOCK)
         msk = idx < n
-        p_ptr = tl.load(P + i).to(tl.pointer_type(tl.float32))
-        m_ptr = tl.load(M + i).to(tl.pointer_type(tl.float32))
-        v_ptr = tl.load(V + i).to(tl.pointer_type(tl.float32))
-        p = tl.load(p_ptr + idx, mask=msk, other=0.)
+        p_ptr,m_ptr,v_ptr = _block_ptrs(P, i, idx, BLOCK),_block_ptrs(M, i, idx, BLOCK),_block_ptrs(V, i, idx, BLOCK)
+        p = tl.load(p_ptr, mask=msk, other=0.)
         k = wd * tl.load(WDM + i)
         if DECOUPLE: p = p * (1 - lr*k)
         if APPLY:
-            m,v = tl.load(m_ptr + idx, mask=msk, other=0.),tl.load(v_ptr + idx, mask=msk, other=0.)
+            m,v = tl.load(m_ptr, mask=msk, other=0.),tl.load(v_ptr, mask=msk, other=0.)
         else:
-            g = tl.load(tl.load(G + i).to(tl.pointer_type(tl.float32)) + idx, mask=msk, other=0.)
+            g = tl.load(_block_ptrs(G, i, idx, BLOCK), mask=msk, other=0.)
             if not DECOUPLE: g = g + k*p
-            m = tl.load(m_ptr + idx, mask=msk, other=0.)*mom + g*(1-mom)
-            v = tl.load(v_ptr + idx, mask=msk, other=0.)*sqr_mom + g*g*(1-sqr_mom)
-            tl.store(m_ptr + idx, m, mask=msk); tl.store(v_ptr + idx, v, mask=msk)
+            m = tl.load(m_ptr, mask=msk, other=0.)*mom + g*(1-mom)
+            v = tl.load(v_ptr, mask=msk, other=0.)*sqr_mom + g*g*(1-sqr_mom)
+            tl.store(m_ptr, m, mask=msk); tl.store(v_ptr, v, mask=msk)
         u = tl.div_rn(m/c1, tl.sqrt_rn(v/c2) + eps)
         if APPLY:
             r1,r2 = tl.sqrt(tl.load(SUMS + 2*i)/n),tl.sqrt(tl.load(SUMS + 2*i + 1)/n)
             q = tl.where((r1 == 0) | (r2 == 0), 1., tl.minimum(r1/r2, 10.)).to(tl.float32)
-            tl.store(p_ptr + idx, p - lr*q*u, mask=msk)
+            tl.store(p_ptr, p - lr*q*u, mask=msk)
         else:
             tl.store(PART + 2*b, tl.sum(p*p)); tl.store(PART + 2*b + 1, tl.sum(u*u))
 
 # %% ../nbs/06_optimizer.ipynb #6f074716
 class _Table:
     "Device tables of a group's parameters, gradients and averages for `_lamb_kernel`: addresses, sizes, blocks"
-    BLOCK = 2048
+    BLOCK,WARPS = 2048,8
     def __init__(self, ps, grads, sts):
-        dev,nb = ps[0].device,[max(1, -(-p.numel()//self.BLOCK)) for p in ps]
+        self.block,self.warps = self.BLOCK,self.WARPS
+        dev,nb = ps[0].device,[max(1, -(-p.numel()//self.block)) for p in ps]
         ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64)
         self.P,self.G,self.M,self.V = [ptrs(ts) for ts in (ps, grads, [s['grad_avg'] for s in sts], [s['sqr_avg'] for s in sts])]
         self.NUMEL = torch.tensor([p.numel() for p in ps], dtype=torch.int64)
         self.WDM = torch.tensor([float(s.get('do_wd', True)) for s in sts])
         self.BP = torch.repeat_interleave(torch.arange(len(ps), dtype=torch.int32), torch.tensor(nb))
-        self.BO = torch.cat([torch.arange(k, dtype=torch.int64)*self.BLOCK for k in nb])
+        self.BO = torch.cat([torch.arange(k, dtype=torch.int64)*self.block for k in nb])
         self.ends = torch.tensor(nb).cumsum(0) - 1
-        for k in ('P','G','M','V','NUMEL','WDM','BP','BO','ends'): setattr(self, k, getattr(self, k).to(dev))
+        self._host = [getattr(self, k) for k in ('P','G','M','V','NUMEL','WDM','BP','BO','ends')]
+        if dev.type == 'cuda': self._host = [t.pin_memory() for t in self._host]  # kept alive until the copies are done
+        for k,t in zip(('P','G','M','V','NUMEL','WDM','BP','BO','ends'), self._host): setattr(self, k, t.to(dev, non_blocking=True))
         self.part = torch.empty(2*len(self.BP), device=dev)
 
     def step(self, lr, wd, mom, sqr_mom, eps, c1, c2, decouple):
         "Both passes: averages and block sums, per-parameter sums (float64, in a fixed order), then the update"
         args = (self.P, self.G, self.M, self.V, self.NUMEL, self.WDM, self.BP, self.BO)
         sc = tuple(float(o) for o in (lr, wd, mom, sqr_mom, c1, c2, eps))
-        _lamb_kernel[(len(self.BP),)](*args, self.part, self.part, *sc, DECOUPLE=decouple, APPLY=False, BLOCK=self.BLOCK, num_warps=8)
+        _lamb_kernel[(len(self.BP),)](*args, self.part, self.part, *sc, DECOUPLE=decouple, APPLY=False, BLOCK=self.block, num_warps=self.warps)
         cs = self.part.view(-1, 2).double().cumsum(0)[self.ends]
         sums = torch.cat([cs[:1], cs[1:] - cs[:-1]])
-        _lamb_kernel[(len(self.BP),)](*args, self.part, sums, *sc, DECOUPLE=decouple, APPLY=True, BLOCK=self.BLOCK, num_warps=8)
+        _lamb_kernel[(len(self.BP),)](*args, self.part, sums, *sc, DECOUPLE=decouple, APPLY=True, BLOCK=self.block, num_warps=self.warps)
 
 # %% ../nbs/06_optimizer.ipynb #f388dae5
 class ForeachLamb(Optimizer):
@@ -112,8 +119,9 @@ class ForeachLamb(Optimizer):
     def _can_fuse(self, ps, sts):
         if self.fused is False or triton is None: return False
         ok = all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() and not p.grad.is_sparse and p.grad.dtype == torch.float32
-                 and p.grad.is_contiguous() and s['step'] == sts[0]['step'] for p,s in zip(ps,sts))
-        if self.fused and not ok: raise ValueError("`fused=True` needs dense, contiguous float32 CUDA parameters and gradients at the same step")
+                 and p.grad.is_contiguous() and s['step'] == sts[0]['step'] and all(t.data_ptr() % 16 == 0 for t in (p, p.grad, s['grad_avg'], s['sqr_avg']))
+                 for p,s in zip(ps,sts))
+        if self.fused and not ok: raise ValueError("`fused=True` needs dense, contiguous, 16-byte aligned float32 CUDA parameters and gradients at the same step")
         return ok
 
     def _fused_step(self, i, ps, sts, h):
