@@ -30,7 +30,7 @@ p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--steps', type=int, default=50)
 p.add_argument('--repeats', type=int, default=5)
 p.add_argument('--rows-timed', type=int, default=3_000_000)
-p.add_argument('--configs', nargs='*', default=[], help='more fused-kernel shapes to time, as BLOCKxWARPS (e.g. 1024x4)')
+p.add_argument('--configs', nargs='*', default=[], help='more fused-kernel shapes to time, as BLOCKxTILESxWARPS (e.g. 1024x16x4)')
 a = p.parse_args()
 assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
 LAYERS = [512, 256]
@@ -67,20 +67,20 @@ def step_ms(make):
     return res
 
 opts = {"fastai Lamb": lambda ps: Lamb(ps, lr=1e-3, wd=0.01),
-        "ours, fused (Triton)": lambda ps: ForeachLamb(ps, lr=1e-3, wd=0.01, fused=True),
+        f"ours, fused (Triton), {'x'.join(map(str, (_Table.BLOCK, _Table.TILES, _Table.WARPS)))}": lambda ps: ForeachLamb(ps, lr=1e-3, wd=0.01, fused=True),
         "ours, foreach": lambda ps: ForeachLamb(ps, lr=1e-3, wd=0.01, fused=False),
         "torch AdamW, fused": lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01, fused=True),
         "torch Adam, foreach": lambda ps: torch.optim.Adam(ps, lr=1e-3, foreach=True),
         "fastai Adam": lambda ps: Adam(ps, lr=1e-3, wd=0.01)}
-def shaped(block, warps):
-    "our fused LAMB with kernel blocks of `block` elements and `warps` warps"
+def shaped(block, tiles, warps):
+    "our fused LAMB with programs of `tiles` tiles of `block` elements and `warps` warps"
     def make(ps):
-        _Table.BLOCK, _Table.WARPS = block, warps
+        _Table.BLOCK, _Table.TILES, _Table.WARPS = block, tiles, warps
         opt = ForeachLamb(ps, lr=1e-3, wd=0.01, fused=True); opt.step()  # the tables take the shape now
-        _Table.BLOCK, _Table.WARPS = default_shape
+        _Table.BLOCK, _Table.TILES, _Table.WARPS = default_shape
         return opt
     return make
-default_shape = _Table.BLOCK, _Table.WARPS
+default_shape = _Table.BLOCK, _Table.TILES, _Table.WARPS
 for c in a.configs: opts[f"ours, fused, {c}"] = shaped(*map(int, c.split('x')))
 floats_moved = {k: 10 for k in opts if k.startswith('ours, fused')} | {"torch AdamW, fused": 7}  # reads + writes per parameter, at the least
 steps = {k: step_ms(f) for k, f in opts.items()}

@@ -5,7 +5,8 @@
 
 Every run builds a fresh `tabular_learner` (layers [512,256] on synth, [200,100] on MovieLens) with `set_seed(seed)`
 and a loader seeded by `seed` (the data and split stay fixed), trains with `fit_one_cycle` (Adam at `lr`) or
-`fit_large_batch` (our LAMB at `large_batch_lr(bs, base_lr, base_bs)`, sqrt rule) for the stated epochs, and reports
+`fit_large_batch` (our LAMB at `large_batch_lr(bs, base_lr, base_bs)`, sqrt rule, with or without `ExcludeEmbeddings`)
+for the stated epochs, and reports
 the validation AUC. Each setting's rate is picked from its candidates by seed 0's validation AUC (a sweep, reported),
 then seeds 1.. run at that rate (seed 0's sweep run counts as seed 0). The comparison passes when LAMB's mean AUC is within 0.5% of Adam's and the difference of the
 means is within two standard errors. Results go to bench/results/convergence_{synth,movielens}.json with the commit;
@@ -20,13 +21,14 @@ from fastai_gpu_tabular.backend import gpu_available
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.optimizer import ForeachLamb, large_batch_lr
+from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from fastai_gpu_tabular.data import synth_movielens, random_splits, movielens_sample, movielens_tabular, BENCH_SCHEMA
 
-SETTINGS = dict(  # (bs, optimizer, epochs, candidate lrs for Adam or base lrs for LAMB); weight decay 0.01 for both
-    synth=dict(layers=[512, 256], base_bs=4096, runs=[(4096, 'Adam', 1, [1e-3, 2e-3, 5e-3]), (204_800, 'LAMB', 1, [2e-3, 5e-3, 7e-3, 1e-2])],
+LAMB_CANDIDATES = [(lr, excl) for excl in (False, True) for lr in (2e-3, 5e-3, 1e-2)]  # (base lr, ExcludeEmbeddings)
+SETTINGS = dict(  # (bs, optimizer, epochs, candidate lrs for Adam or (base lr, exclude embeddings) for LAMB); weight decay 0.01 for both
+    synth=dict(layers=[512, 256], base_bs=4096, runs=[(4096, 'Adam', 1, [1e-3, 2e-3, 5e-3]), (204_800, 'LAMB', 1, LAMB_CANDIDATES)],
                curves=[4096, 16_384, 65_536, 204_800, 262_144]),
-    movielens=dict(layers=[200, 100], base_bs=256, runs=[(256, 'Adam', 4, [1e-3, 2e-3, 5e-3]), (8192, 'LAMB', 4, [2e-3, 5e-3, 7e-3, 1e-2])], curves=[]))
+    movielens=dict(layers=[200, 100], base_bs=256, runs=[(256, 'Adam', 4, [1e-3, 2e-3, 5e-3]), (8192, 'LAMB', 4, LAMB_CANDIDATES)], curves=[]))
 
 p = argparse.ArgumentParser()
 p.add_argument('data', choices=list(SETTINGS))
@@ -53,7 +55,7 @@ def train(bs, opt, epochs, lr, seed):
     learn.remove_cb(ProgressCallback)
     t = time.perf_counter()
     with learn.no_logging():
-        if opt == 'LAMB': learn.fit_large_batch(epochs, base_lr=lr, base_bs=S['base_bs'])
+        if opt == 'LAMB': learn.fit_large_batch(epochs, base_lr=lr[0], base_bs=S['base_bs'], cbs=ExcludeEmbeddings() if lr[1] else None)
         else: learn.fit_one_cycle(epochs, lr)
     return learn.recorder.values[-1][-1], time.perf_counter() - t, learn
 
@@ -69,9 +71,9 @@ for bs, opt, epochs, lrs in S['runs']:
         auc, s, _ = train(bs, opt, epochs, lr, seed)
         aucs.append(auc); secs.append(s)
         print(f'bs {bs} {opt} lr {lr} seed {seed}: AUC {auc:.4f} in {s:.1f}s', flush=True)
-    lr_max = large_batch_lr(bs, lr, S['base_bs']) if opt == 'LAMB' else lr
+    lr_max = large_batch_lr(bs, lr[0], S['base_bs']) if opt == 'LAMB' else lr
     runs[opt] = aucs
-    rows.append(dict(bs=bs, optimizer=opt, epochs=epochs, lr=lr, lr_max=round(lr_max, 5), seeds=a.seeds, auc_mean=round(statistics.mean(aucs), 5),
+    rows.append(dict(bs=bs, optimizer=opt, epochs=epochs, lr=lr[0] if opt == 'LAMB' else lr, exclude_embeddings=lr[1] if opt == 'LAMB' else '', lr_max=round(lr_max, 5), seeds=a.seeds, auc_mean=round(statistics.mean(aucs), 5),
                      auc_std=round(statistics.stdev(aucs), 5), s_per_run=round(statistics.mean(secs), 1), aucs=[round(x, 5) for x in aucs],
                      sweep={str(k): round(v[0], 5) for k, v in sweep.items()}))
 ma, mb = statistics.mean(runs['Adam']), statistics.mean(runs['LAMB'])
@@ -79,7 +81,7 @@ se = math.sqrt(statistics.variance(runs['Adam'])/a.seeds + statistics.variance(r
 verdict = dict(lamb_minus_adam=round(mb - ma, 5), relative=round((mb - ma)/ma, 5), two_std_errors=round(2*se, 5),
                within_half_percent=abs(mb - ma) <= 0.005*ma, within_two_std_errors=abs(mb - ma) <= 2*se)
 print(f"\nvalidation AUC on {a.data}, {a.seeds} seeds per setting")
-report(f'convergence_{a.data}', rows, ['bs', 'optimizer', 'epochs', 'lr', 'lr_max', 'seeds', 'auc_mean', 'auc_std', 's_per_run'],
+report(f'convergence_{a.data}', rows, ['bs', 'optimizer', 'epochs', 'lr', 'exclude_embeddings', 'lr_max', 'seeds', 'auc_mean', 'auc_std', 's_per_run'],
        dict(bench='convergence', data=a.data, n_train=len(to.train), n_valid=len(to.valid), layers=S['layers'], base_bs=S['base_bs'], **verdict))
 print(verdict)
 
@@ -88,7 +90,7 @@ for bs in S['curves']:
     auc, s, learn = train(bs, 'LAMB', 1, best_lr['LAMB'], 0)
     ls = torch.stack(learn.recorder.losses).tolist()
     every = max(1, len(ls)//400)
-    curves.append(dict(bs=bs, steps=len(ls), lr_max=round(large_batch_lr(bs, best_lr['LAMB'], S['base_bs']), 5), auc=round(auc, 5), seconds=round(s, 1),
+    curves.append(dict(bs=bs, steps=len(ls), lr_max=round(large_batch_lr(bs, best_lr['LAMB'][0], S['base_bs']), 5), exclude_embeddings=best_lr['LAMB'][1], auc=round(auc, 5), seconds=round(s, 1),
                        step=list(range(0, len(ls), every)), loss=[round(x, 5) for x in ls[::every]]))
     print(f'curve bs {bs}: {len(ls)} steps, AUC {auc:.4f}, {s:.1f}s', flush=True)
     del learn

@@ -6,12 +6,13 @@
 from __future__ import annotations
 import math
 from fastai.torch_basics import *
-from fastai.optimizer import Optimizer, Lamb
+from fastai.optimizer import Optimizer, Lamb, Adam
+from fastai.callback.core import Callback
 from fastai.learner import Learner
 from fastai.callback.schedule import *
 
 # %% auto #0
-__all__ = ['ForeachLamb', 'large_batch_lr']
+__all__ = ['ForeachLamb', 'ExcludeEmbeddings', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #9f4c8f99
 try: import triton, triton.language as tl
@@ -20,67 +21,75 @@ except ImportError: triton = None
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
     @triton.jit
-    def _block_ptrs(X, i, idx, BLOCK:tl.constexpr):
-        "Pointers to elements `idx` of the float32 tensor at address `X[i]`: 16-byte aligned and contiguous, so loads vectorise"
-        ptrs = tl.load(X + i).to(tl.pointer_type(tl.float32)) + idx
-        return tl.max_contiguous(tl.multiple_of(ptrs, 16), BLOCK)
+    def _block_ptrs(base, idx, BLOCK:tl.constexpr):
+        "Pointers to elements `idx` of the float32 tensor at `base`: 16-byte aligned and contiguous, so loads vectorise"
+        return tl.max_contiguous(tl.multiple_of(base + idx, 16), BLOCK)
 
     @triton.jit
-    def _lamb_kernel(P, G, M, V, NUMEL, WDM, BP, BO, PART, SUMS, lr, wd, mom, sqr_mom, c1, c2, eps,
-                     DECOUPLE:tl.constexpr, APPLY:tl.constexpr, BLOCK:tl.constexpr):
-        "One block of one parameter: update the averages and write the block's sums of p² and u², or (`APPLY`) step p"
+    def _lamb_kernel(P, G, M, V, NUMEL, FLAGS, BP, BO, PART, SUMS, lr, wd, mom, sqr_mom, c1, c2, eps,
+                     DECOUPLE:tl.constexpr, APPLY:tl.constexpr, BLOCK:tl.constexpr, TILES:tl.constexpr):
+        "`TILES` tiles of one parameter: update the averages and write the sums of p² and u², or (`APPLY`) step p"
         b = tl.program_id(0)
-        i,off = tl.load(BP + b),tl.multiple_of(tl.load(BO + b), BLOCK)
+        i,start = tl.load(BP + b),tl.multiple_of(tl.load(BO + b), BLOCK)
         n = tl.load(NUMEL + i)
-        idx = off + tl.arange(0, BLOCK)
-        msk = idx < n
-        p_ptr,m_ptr,v_ptr = _block_ptrs(P, i, idx, BLOCK),_block_ptrs(M, i, idx, BLOCK),_block_ptrs(V, i, idx, BLOCK)
-        p = tl.load(p_ptr, mask=msk, other=0.)
-        k = wd * tl.load(WDM + i)
-        if DECOUPLE: p = p * (1 - lr*k)
-        if APPLY:
-            m,v = tl.load(m_ptr, mask=msk, other=0.),tl.load(v_ptr, mask=msk, other=0.)
-        else:
-            g = tl.load(_block_ptrs(G, i, idx, BLOCK), mask=msk, other=0.)
-            if not DECOUPLE: g = g + k*p
-            m = tl.load(m_ptr, mask=msk, other=0.)*mom + g*(1-mom)
-            v = tl.load(v_ptr, mask=msk, other=0.)*sqr_mom + g*g*(1-sqr_mom)
-            tl.store(m_ptr, m, mask=msk); tl.store(v_ptr, v, mask=msk)
-        u = tl.div_rn(m/c1, tl.sqrt_rn(v/c2) + eps)
+        ps = tl.load(P + i).to(tl.pointer_type(tl.float32))
+        ms = tl.load(M + i).to(tl.pointer_type(tl.float32))
+        vs = tl.load(V + i).to(tl.pointer_type(tl.float32))
+        gs = tl.load(G + i).to(tl.pointer_type(tl.float32))
+        k = wd * tl.load(FLAGS + 2*i)  # weight decay where `do_wd`
         if APPLY:
             r1,r2 = tl.sqrt(tl.load(SUMS + 2*i)/n),tl.sqrt(tl.load(SUMS + 2*i + 1)/n)
-            q = tl.where((r1 == 0) | (r2 == 0), 1., tl.minimum(r1/r2, 10.)).to(tl.float32)
-            tl.store(p_ptr, p - lr*q*u, mask=msk)
-        else:
-            tl.store(PART + 2*b, tl.sum(p*p)); tl.store(PART + 2*b + 1, tl.sum(u*u))
+            q = tl.where((tl.load(FLAGS + 2*i + 1) == 0) | (r1 == 0) | (r2 == 0), 1., tl.minimum(r1/r2, 10.)).to(tl.float32)
+        acc1,acc2 = tl.zeros([BLOCK], tl.float32),tl.zeros([BLOCK], tl.float32)
+        for t in tl.static_range(TILES):
+            idx = start + t*BLOCK + tl.arange(0, BLOCK)
+            msk = idx < n
+            p_ptr,m_ptr,v_ptr = _block_ptrs(ps, idx, BLOCK),_block_ptrs(ms, idx, BLOCK),_block_ptrs(vs, idx, BLOCK)
+            p = tl.load(p_ptr, mask=msk, other=0.)
+            if DECOUPLE: p = p * (1 - lr*k)
+            if APPLY:
+                m,v = tl.load(m_ptr, mask=msk, other=0.),tl.load(v_ptr, mask=msk, other=0.)
+            else:
+                g = tl.load(_block_ptrs(gs, idx, BLOCK), mask=msk, other=0.)
+                if not DECOUPLE: g = g + k*p
+                m = tl.load(m_ptr, mask=msk, other=0.)*mom + g*(1-mom)
+                v = tl.load(v_ptr, mask=msk, other=0.)*sqr_mom + g*g*(1-sqr_mom)
+                tl.store(m_ptr, m, mask=msk); tl.store(v_ptr, v, mask=msk)
+            u = tl.div_rn(m/c1, tl.sqrt_rn(v/c2) + eps)
+            if APPLY: tl.store(p_ptr, p - lr*q*u, mask=msk)
+            else: acc1,acc2 = acc1 + p*p,acc2 + u*u
+        if not APPLY:
+            tl.store(PART + 2*b, tl.sum(acc1)); tl.store(PART + 2*b + 1, tl.sum(acc2))
 
 # %% ../nbs/06_optimizer.ipynb #6f074716
 class _Table:
-    "Device tables of a group's parameters, gradients and averages for `_lamb_kernel`: addresses, sizes, blocks"
-    BLOCK,WARPS = 2048,8
+    "Device tables of a group's parameters, gradients and averages for `_lamb_kernel`: addresses, sizes, flags, chunks"
+    BLOCK,TILES,WARPS = 2048,8,8  # a program steps BLOCK*TILES elements of one parameter
     def __init__(self, ps, grads, sts):
-        self.block,self.warps = self.BLOCK,self.WARPS
-        dev,nb = ps[0].device,[max(1, -(-p.numel()//self.block)) for p in ps]
+        self.block,self.tiles,self.warps = self.BLOCK,self.TILES,self.WARPS
+        chunk = self.block*self.tiles
+        dev,nb = ps[0].device,[max(1, -(-p.numel()//chunk)) for p in ps]
         ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64)
-        self.P,self.G,self.M,self.V = [ptrs(ts) for ts in (ps, grads, [s['grad_avg'] for s in sts], [s['sqr_avg'] for s in sts])]
-        self.NUMEL = torch.tensor([p.numel() for p in ps], dtype=torch.int64)
-        self.WDM = torch.tensor([float(s.get('do_wd', True)) for s in sts])
-        self.BP = torch.repeat_interleave(torch.arange(len(ps), dtype=torch.int32), torch.tensor(nb))
-        self.BO = torch.cat([torch.arange(k, dtype=torch.int64)*self.block for k in nb])
-        self.ends = torch.tensor(nb).cumsum(0) - 1
-        self._host = [getattr(self, k) for k in ('P','G','M','V','NUMEL','WDM','BP','BO','ends')]
-        if dev.type == 'cuda': self._host = [t.pin_memory() for t in self._host]  # kept alive until the copies are done
-        for k,t in zip(('P','G','M','V','NUMEL','WDM','BP','BO','ends'), self._host): setattr(self, k, t.to(dev, non_blocking=True))
+        tabs = dict(zip('PGMV', [ptrs(ts) for ts in (ps, grads, [s['grad_avg'] for s in sts], [s['sqr_avg'] for s in sts])]))
+        tabs['NUMEL'] = torch.tensor([p.numel() for p in ps], dtype=torch.int64)
+        tabs['FLAGS'] = torch.tensor([(float(s.get('do_wd', True)), float(s.get('layer_adapt', True))) for s in sts]).view(-1)
+        tabs['BP'] = torch.repeat_interleave(torch.arange(len(ps), dtype=torch.int32), torch.tensor(nb))
+        tabs['BO'] = torch.cat([torch.arange(k, dtype=torch.int64)*chunk for k in nb])
+        tabs['ends'] = torch.tensor(nb).cumsum(0) - 1
+        if dev.type == 'cuda': tabs = {k: t.pin_memory() for k,t in tabs.items()}
+        self._host = tabs  # alive until the non-blocking copies are done
+        for k,t in tabs.items(): setattr(self, k, t.to(dev, non_blocking=True))
         self.part = torch.empty(2*len(self.BP), device=dev)
 
     def step(self, lr, wd, mom, sqr_mom, eps, c1, c2, decouple):
-        "Both passes: averages and block sums, per-parameter sums (float64, in a fixed order), then the update"
-        args = (self.P, self.G, self.M, self.V, self.NUMEL, self.WDM, self.BP, self.BO)
+        "Both passes: averages and per-program sums, per-parameter sums (float64, in a fixed order), then the update"
+        args = (self.P, self.G, self.M, self.V, self.NUMEL, self.FLAGS, self.BP, self.BO)
         sc = tuple(float(o) for o in (lr, wd, mom, sqr_mom, c1, c2, eps))
-        _lamb_kernel[(len(self.BP),)](*args, self.part, self.part, *sc, DECOUPLE=decouple, APPLY=False, BLOCK=self.block, num_warps=self.warps)
+        kw = dict(DECOUPLE=decouple, BLOCK=self.block, TILES=self.tiles, num_warps=self.warps)
+        _lamb_kernel[(len(self.BP),)](*args, self.part, self.part, *sc, APPLY=False, **kw)
         cs = self.part.view(-1, 2).double().cumsum(0)[self.ends]
         sums = torch.cat([cs[:1], cs[1:] - cs[:-1]])
-        _lamb_kernel[(len(self.BP),)](*args, self.part, sums, *sc, DECOUPLE=decouple, APPLY=True, BLOCK=self.block, num_warps=self.warps)
+        _lamb_kernel[(len(self.BP),)](*args, self.part, sums, *sc, APPLY=True, **kw)
 
 # %% ../nbs/06_optimizer.ipynb #f388dae5
 class ForeachLamb(Optimizer):
@@ -127,7 +136,7 @@ class ForeachLamb(Optimizer):
     def _fused_step(self, i, ps, sts, h):
         "Group `i`'s step in two kernels (the tables are rebuilt when a tensor moved: new gradients, loaded state)"
         grads = [p.grad for p in ps]
-        key = tuple(t.data_ptr() for t in ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]) + tuple(s.get('do_wd', True) for s in sts)
+        key = tuple(t.data_ptr() for t in ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]) + tuple((s.get('do_wd', True), s.get('layer_adapt', True)) for s in sts)
         if self._tables.get(i, (None,))[0] != key: self._tables[i] = (key, _Table(ps, grads, sts))
         mom,sqr_mom,n = h['mom'],h['sqr_mom'],sts[0]['step']
         self._tables[i][1].step(h['lr'], h['wd'], mom, sqr_mom, h['eps'], 1 - mom**n, 1 - sqr_mom**n, self.decouple_wd)
@@ -148,11 +157,20 @@ class ForeachLamb(Optimizer):
         torch._foreach_div_(upd, den)
         rms = lambda ts: torch.stack(torch._foreach_div(torch._foreach_norm(ts), [math.sqrt(t.numel()) for t in ts]))  # as fastai: RMS
         r1,r2 = rms(ps),rms(upd)
-        q = torch.where((r1 == 0) | (r2 == 0), torch.ones_like(r1), (r1/r2).clamp(max=10))
-        torch._foreach_mul_(upd, list(q.unbind()))
+        q,one = torch.where((r1 == 0) | (r2 == 0), torch.ones_like(r1), (r1/r2).clamp(max=10)),torch.ones((), device=r1.device)
+        torch._foreach_mul_(upd, [qi if s.get('layer_adapt', True) else one for qi,s in zip(q.unbind(), sts)])
         torch._foreach_add_(ps, upd, alpha=-lr)
 
 # %% ../nbs/06_optimizer.ipynb #fc5c5e74
+class ExcludeEmbeddings(Callback):
+    "Step `nn.Embedding` and `nn.EmbeddingBag` parameters without LAMB's trust ratio (`ForeachLamb`'s `layer_adapt` state)"
+    def before_fit(self):
+        if not isinstance(self.opt, ForeachLamb): raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")
+        for m in self.model.modules():
+            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
+                for p in m.parameters(): self.opt.state[p]['layer_adapt'] = False
+
+# %% ../nbs/06_optimizer.ipynb #939dd4c6
 def large_batch_lr(
     bs:int, # Batch size to train at (all ranks together)
     base_lr:float, # Learning rate tuned at `base_bs`
@@ -164,7 +182,7 @@ def large_batch_lr(
     if rule not in powers: raise ValueError(f"`rule` must be 'sqrt' or 'linear', not {rule!r}")
     return base_lr * (bs/base_bs)**powers[rule]
 
-# %% ../nbs/06_optimizer.ipynb #28cbd5e7
+# %% ../nbs/06_optimizer.ipynb #8865c9fc
 @patch
 @delegates(Learner.fit_one_cycle, but=['lr_max', 'pct_start'])
 def fit_large_batch(self:Learner,

@@ -22,6 +22,15 @@ def test_same_as_fastai_lamb_on_gpu(kw, fused):
     assert bool(opt._tables) == fused
     for a, b in zip(ours, run(Lamb, **kw)[0]): torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
+@pytest.mark.parametrize('fused', [True, False])
+def test_without_trust_ratio_is_fastai_adam(fused):
+    from fastai.optimizer import Adam
+    def no_adapt(ps, **kw):
+        opt = ForeachLamb(ps, fused=fused, **kw)
+        for p, *_ in opt.all_params(): opt.state[p]['layer_adapt'] = False
+        return opt
+    for a, b in zip(run(no_adapt, wd=0.01)[0], run(Adam, wd=0.01)[0]): torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
 def test_fused_through_learner_matches_fastai_lamb():
     "one-cycle lr and mom, wd_bn_bias masks, embeddings and BatchNorm, cuDF data"
     from test_optimizer import trained

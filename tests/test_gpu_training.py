@@ -7,7 +7,7 @@ from fastai.tabular.all import CategoryBlock, Adam, RocAucBinary, Recorder, Prog
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.optimizer import ForeachLamb
+from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings
 from fastai_gpu_tabular.recorder import CheckNoSync, DeviceRecorder
 from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
 
@@ -53,6 +53,14 @@ def test_mixed_precision_with_embedding_bags(precision):
     assert all(p.dtype == torch.float32 for p in learn.model.parameters())
     assert all(t.dtype == torch.float32 for s in learn.opt.state.values() for k, t in s.items() if k in ('grad_avg', 'sqr_avg'))
     assert learn.opt._tables and learn.recorder.values[-1][-1] > 0.6
+
+def test_exclude_embeddings_sets_the_state_of_tables_and_bags_only():
+    learn = learner(mh=True)
+    learn.fit_large_batch(1, cbs=ExcludeEmbeddings())
+    emb = {id(p) for m in learn.model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for p in m.parameters()}
+    assert len(emb) == 3 + len(BENCH_MH)
+    for p in learn.model.parameters(): assert learn.opt.state[p].get('layer_adapt', True) == (id(p) not in emb)
+    assert learn.recorder.values[-1][-1] > 0.6
 
 def test_lr_find_reads_exact_losses():
     learn = learner()

@@ -12,7 +12,7 @@ from torch import nn
 from fastai.optimizer import Lamb
 import fastai_gpu_tabular.optimizer as O
 from test_optimizer import trained
-O._Table.BLOCK = 64  # several blocks per parameter, and parameters smaller than a block
+O._Table.BLOCK, O._Table.TILES = 64, 2  # several programs per parameter, and parameters smaller than a tile
 calls, step = [], O._Table.step
 O._Table.step = lambda self, *a: (calls.append(len(self.BP)), step(self, *a))[1]
 O.ForeachLamb._can_fuse = lambda self, ps, sts: True  # CPU tensors: the interpreter runs the kernels
@@ -30,6 +30,11 @@ def run(opt_func, **kw):
     return list(m.parameters())
 for kw in ({'wd': 0.1, 'decouple_wd': False}, {'mom': 0.8, 'sqr_mom': 0.9, 'eps': 1e-6}):
     for a, b in zip(run(O.ForeachLamb, **kw), run(Lamb, **kw)): torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+def no_adapt(ps, **kw):  # no trust ratio anywhere: fastai's Adam
+    opt = O.ForeachLamb(ps, **kw)
+    for p, *_ in opt.all_params(): opt.state[p]['layer_adapt'] = False
+    return opt
+for a, b in zip(run(no_adapt, wd=0.01), run(O.Adam, wd=0.01)): torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 print('ok', calls)
 '''
 
