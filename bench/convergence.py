@@ -11,7 +11,7 @@ the validation AUC. Each setting's rate is picked from its candidates by seed 0'
 then seeds 1.. run at that rate (seed 0's sweep run counts as seed 0). The comparison passes when LAMB's mean AUC is within 0.5% of Adam's and the difference of the
 means is within two standard errors. Results go to bench/results/convergence_{synth,movielens}.json with the commit;
 `synth` also writes the smoothed training loss of one LAMB run per batch size to bench/results/lamb_curves.json."""
-import argparse, statistics, sys, time, math
+import argparse, json, statistics, sys, time, math
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report
@@ -35,6 +35,7 @@ p.add_argument('data', choices=list(SETTINGS))
 p.add_argument('--rows', type=int, default=22_500_000, help='synthetic rows (90% train)')
 p.add_argument('--seeds', type=int, default=5)
 p.add_argument('--lamb-epochs', type=int, default=None, help="epochs of the LAMB runs (default: the setting's)")
+p.add_argument('--adam-from', default=None, help="take the Adam row from this results file instead of running it (no curves then)")
 a = p.parse_args()
 S = SETTINGS[a.data]
 gpu = gpu_available()
@@ -61,7 +62,12 @@ def train(bs, opt, epochs, lr, seed):
 
 rows, runs = [], {}
 best_lr = {}
+if a.adam_from:
+    prev = json.loads(Path(a.adam_from).read_text())
+    rows.append(dict(next(r for r in prev['rows'] if r['optimizer'] == 'Adam'), commit=prev['commit']))
+    runs['Adam'] = rows[-1]['aucs']
 for bs, opt, epochs, lrs in S['runs']:
+    if opt == 'Adam' and a.adam_from: continue
     if opt == 'LAMB' and a.lamb_epochs: epochs = a.lamb_epochs
     sweep = {lr: train(bs, opt, epochs, lr, 0)[:2] for lr in lrs}
     for lr, (auc, s) in sweep.items(): print(f'sweep bs {bs} {opt} lr {lr}: AUC {auc:.4f} in {s:.1f}s', flush=True)
@@ -81,12 +87,12 @@ se = math.sqrt(statistics.variance(runs['Adam'])/a.seeds + statistics.variance(r
 verdict = dict(lamb_minus_adam=round(mb - ma, 5), relative=round((mb - ma)/ma, 5), two_std_errors=round(2*se, 5),
                within_half_percent=abs(mb - ma) <= 0.005*ma, within_two_std_errors=abs(mb - ma) <= 2*se)
 print(f"\nvalidation AUC on {a.data}, {a.seeds} seeds per setting")
-report(f'convergence_{a.data}', rows, ['bs', 'optimizer', 'epochs', 'lr', 'exclude_embeddings', 'lr_max', 'seeds', 'auc_mean', 'auc_std', 's_per_run'],
+report(f'convergence_{a.data}' + (f'_lamb_{a.lamb_epochs}_epochs' if a.lamb_epochs else ''), rows, ['bs', 'optimizer', 'epochs', 'lr', 'exclude_embeddings', 'lr_max', 'seeds', 'auc_mean', 'auc_std', 's_per_run'],
        dict(bench='convergence', data=a.data, n_train=len(to.train), n_valid=len(to.valid), layers=S['layers'], base_bs=S['base_bs'], **verdict))
 print(verdict)
 
 curves = []
-for bs in S['curves']:
+for bs in ([] if a.adam_from else S['curves']):
     auc, s, learn = train(bs, 'LAMB', 1, best_lr['LAMB'], 0)
     ls = torch.stack(learn.recorder.losses).tolist()
     every = max(1, len(ls)//400)

@@ -64,7 +64,7 @@ if triton is not None:
 # %% ../nbs/06_optimizer.ipynb #6f074716
 class _Table:
     "Device tables of a group's parameters, gradients and averages for `_lamb_kernel`: addresses, sizes, flags, chunks"
-    BLOCK,TILES,WARPS = 2048,8,8  # a program steps BLOCK*TILES elements of one parameter
+    BLOCK,TILES,WARPS = 4096,8,16  # a program steps BLOCK*TILES elements of one parameter (bench_lamb.py times shapes)
     def __init__(self, ps, grads, sts):
         self.block,self.tiles,self.warps = self.BLOCK,self.TILES,self.WARPS
         chunk = self.block*self.tiles
