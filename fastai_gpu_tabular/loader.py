@@ -16,7 +16,7 @@ from .data import random_splits
 from fastai.data.transforms import Categorize
 
 # %% auto #0
-__all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'bag_batch', 'ReadTabBatchGPU', 'BatchDataLoader']
+__all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'ReadTabBatchGPU', 'BatchDataLoader']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
@@ -68,7 +68,20 @@ class TabTensors:
         res.mh,res.device = {m: tuple(t.to(device) for t in vo) for m,vo in self.mh.items()},torch.device(device)
         return res
 
-# %% ../nbs/04_loader.ipynb #6044736d
+# %% ../nbs/04_loader.ipynb #97a30d93
+def share_gpu_memory(
+    pool:bool=True, # One RMM memory pool for cuDF and torch (else RMM's plain CUDA allocator for both)
+):
+    "Make torch allocate through RMM, cuDF's allocator: call before cuDF or torch allocate GPU memory"
+    if torch.cuda.is_initialized(): raise RuntimeError("`share_gpu_memory()` must run before torch uses the GPU: call it first "
+                                                     "in the script (or first in the function `notebook_launcher` starts)")
+    try: import rmm
+    except ImportError: raise ImportError("`share_gpu_memory` needs RMM, which comes with cuDF: `pip install fastai_gpu_tabular[gpu]`") from None
+    from rmm.allocators.torch import rmm_torch_allocator
+    rmm.reinitialize(pool_allocator=pool)
+    torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
+
+# %% ../nbs/04_loader.ipynb #4bbc411f
 def bag_batch(values:Tensor, offsets:Tensor, idx:Tensor)->tuple[Tensor,Tensor]:
     "(values, start offsets) of rows `idx` of the multi-hot column (`values`, `offsets`), for `nn.EmbeddingBag`"
     starts = offsets[idx]
@@ -79,7 +92,7 @@ def bag_batch(values:Tensor, offsets:Tensor, idx:Tensor)->tuple[Tensor,Tensor]:
     pos = torch.arange(total, device=idx.device) + torch.repeat_interleave(starts-offs[:-1], lens, output_size=total)
     return values[pos], offs[:-1]
 
-# %% ../nbs/04_loader.ipynb #3722b3dc
+# %% ../nbs/04_loader.ipynb #1ca2ee75
 def _dist_rank_world(rank, world_size):
     if rank is not None and world_size is not None: return rank, world_size
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -102,7 +115,7 @@ class ReadTabBatchGPU(ReadTabBatch):
             cols.update({n: y[:,i] for i,n in enumerate(to.y_names)})
         return to.new(pd.DataFrame(cols))
 
-# %% ../nbs/04_loader.ipynb #1ca2ee75
+# %% ../nbs/04_loader.ipynb #2f17f2f5
 @delegates(TfmdDL.__init__)
 class BatchDataLoader(TfmdDL):
     "Batches of a `TabularGPU` gathered on the device, in an order seeded by (`seed`, epoch), sharded by `rank`"
@@ -188,7 +201,7 @@ class BatchDataLoader(TfmdDL):
         kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host)
         return super().new(dataset, cls, **merge(kw, kwargs))
 
-# %% ../nbs/04_loader.ipynb #f0c97802
+# %% ../nbs/04_loader.ipynb #3ba5a958
 def _prefetch(batches, device):
     "Copy host batches to `device` one ahead, on a side stream"
     if device is None or device.type != 'cuda':
@@ -203,7 +216,7 @@ def _prefetch(batches, device):
         pending = nb
     if pending is not None: yield pending
 
-# %% ../nbs/04_loader.ipynb #3ba5a958
+# %% ../nbs/04_loader.ipynb #8c59cfe3
 TabularGPU._dl_type,TabularGPU._dbunch_type = BatchDataLoader,TabularDataLoaders
 
 @patch
@@ -211,7 +224,7 @@ def __getstate__(self:TabularGPU):
     "Pickle without the tensors cached for the loaders"
     return {k:v for k,v in self.__dict__.items() if k != '_tensors'}
 
-# %% ../nbs/04_loader.ipynb #a72a8e3d
+# %% ../nbs/04_loader.ipynb #b343ae85
 @patch(cls_method=True)
 @delegates(BatchDataLoader.__init__)
 def from_gpu_df(cls:TabularDataLoaders,

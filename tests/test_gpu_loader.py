@@ -83,3 +83,33 @@ def test_training_on_gpu_and_export_to_cpu(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     probs = eval(out.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(probs, learn.predict(row)[2].cpu().tolist(), rtol=1e-4, atol=1e-5)
+
+SHARED = r'''
+import torch, rmm
+from fastai.tabular.all import CategoryBlock
+from fastai_gpu_tabular.loader import share_gpu_memory
+share_gpu_memory()
+import rmm.statistics
+rmm.statistics.enable_statistics()
+before = rmm.statistics.get_statistics().current_bytes
+x = torch.empty(2**28, device='cuda')  # 1 GiB through torch ...
+assert rmm.statistics.get_statistics().current_bytes - before >= 2**30  # ... counted by RMM
+del x
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+df = synth_movielens(50_000, n_users=2_000, n_items=1_000, gpu=True)
+to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(50_000), y_block=CategoryBlock(), **BENCH_SCHEMA)
+learn = tabular_learner(to.dataloaders(bs=1024, seed=0), layers=[64, 32])
+with learn.no_bar(): learn.fit(1, 1e-3)
+assert next(learn.model.parameters()).is_cuda and 0 < learn.recorder.values[-1][1] < 1  # trained, finite validation loss
+try: share_gpu_memory(); raise SystemExit('a second call should fail')
+except RuntimeError as e: assert 'first' in str(e)
+print('ok')
+'''
+
+def test_share_gpu_memory_puts_torch_on_rmm():
+    "a fresh process (the allocator is chosen once): torch allocates through RMM, training works, a late call fails clearly"
+    r = subprocess.run([sys.executable, '-c', SHARED], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
