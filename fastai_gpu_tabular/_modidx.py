@@ -124,6 +124,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                       'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.ForeachLamb._foreach_step': ( 'optimizer.html#foreachlamb._foreach_step',
                                                                                                           'fastai_gpu_tabular/optimizer.py'),
+                                              'fastai_gpu_tabular.optimizer.ForeachLamb._fused_ready': ( 'optimizer.html#foreachlamb._fused_ready',
+                                                                                                         'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.ForeachLamb._fused_step': ( 'optimizer.html#foreachlamb._fused_step',
                                                                                                         'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.ForeachLamb.step': ( 'optimizer.html#foreachlamb.step',

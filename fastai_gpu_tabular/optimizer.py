@@ -122,22 +122,29 @@ class ForeachLamb(Optimizer):
             for p,s in zip(ps,sts):
                 if 'grad_avg' not in s: s.update(grad_avg=torch.zeros_like(p), sqr_avg=torch.zeros_like(p), step=0)
                 s['step'] += 1
-            if self._can_fuse(ps, sts): self._fused_step(i, ps, sts, h)
+            if self._fused_ready(i, ps, sts): self._fused_step(i, sts, h)
             else: self._foreach_step(ps, sts, h)
 
-    def _can_fuse(self, ps, sts):
+    def _fused_ready(self, i, ps, sts):
+        "Can group `i` step in the kernels? Its tables are current (same tensors and flags), or it qualifies and gets new ones"
         if self.fused is False or triton is None: return False
+        grads = [p.grad for p in ps]
+        key = tuple(t.data_ptr() for t in ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]) + tuple((s.get('do_wd', True), s.get('layer_adapt', True)) for s in sts)
+        if self._tables.get(i, (None,))[0] == key: return True
+        if not self._can_fuse(ps, sts): return False
+        self._tables[i] = (key, _Table(ps, grads, sts))  # rebuilt when a tensor moved: new gradients, loaded state
+        return True
+
+    def _can_fuse(self, ps, sts):
+        "Do the kernels' conditions hold for `ps`? (With `fused=True`, an error if not)"
         ok = all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() and not p.grad.is_sparse and p.grad.dtype == torch.float32
                  and p.grad.is_contiguous() and s['step'] == sts[0]['step'] and all(t.data_ptr() % 16 == 0 for t in (p, p.grad, s['grad_avg'], s['sqr_avg']))
                  for p,s in zip(ps,sts))
         if self.fused and not ok: raise ValueError("`fused=True` needs dense, contiguous, 16-byte aligned float32 CUDA parameters and gradients at the same step")
         return ok
 
-    def _fused_step(self, i, ps, sts, h):
-        "Group `i`'s step in two kernels (the tables are rebuilt when a tensor moved: new gradients, loaded state)"
-        grads = [p.grad for p in ps]
-        key = tuple(t.data_ptr() for t in ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]) + tuple((s.get('do_wd', True), s.get('layer_adapt', True)) for s in sts)
-        if self._tables.get(i, (None,))[0] != key: self._tables[i] = (key, _Table(ps, grads, sts))
+    def _fused_step(self, i, sts, h):
+        "Group `i`'s step in two kernels"
         mom,sqr_mom,n = h['mom'],h['sqr_mom'],sts[0]['step']
         self._tables[i][1].step(h['lr'], h['wd'], mom, sqr_mom, h['eps'], 1 - mom**n, 1 - sqr_mom**n, self.decouple_wd)
 
