@@ -2,10 +2,12 @@
 import time, torch
 from common import sync
 
-def plain_loop(model, cats, conts, ys, bs, n_batches, warmup=5, lr=1e-3, mh=None, opt_func=None):
+def plain_loop(model, cats, conts, ys, bs, n_batches, warmup=5, lr=1e-3, mh=None, opt_func=None, bf16=False):
     """rows/s of a plain training loop: batches by index gather from device tensors, `opt_func` (default fastai's `Adam`
     with its defaults, as the Learner runs it), cross-entropy.
-    `mh`: optional list of (values, offsets) multi-hot columns, gathered per batch like the loader does."""
+    `mh`: optional list of (values, offsets) multi-hot columns, gathered per batch like the loader does.
+    `bf16`: forward and loss under bf16 autocast, as fastai's `to_bf16` runs them."""
+    import contextlib
     from fastai_gpu_tabular.loader import bag_batch
     if opt_func is None: from fastai.optimizer import Adam as opt_func
     opt = opt_func(list(model.parameters()), lr=lr)
@@ -16,7 +18,8 @@ def plain_loop(model, cats, conts, ys, bs, n_batches, warmup=5, lr=1e-3, mh=None
     def step(i):
         idx = perm[(i*bs) % (n-bs+1):][:bs]
         xs = (cats[idx], conts[idx]) + ((tuple(bag_batch(v, o, idx) for v, o in mh),) if mh else ())
-        loss = torch.nn.functional.cross_entropy(model(*xs), ys[idx].view(-1))
+        with torch.autocast('cuda', dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            loss = torch.nn.functional.cross_entropy(model(*xs), ys[idx].view(-1))
         loss.backward(); opt.step(); opt.zero_grad()
     for i in range(warmup): step(i)
     sync(); t = time.perf_counter()

@@ -13,6 +13,7 @@ from .tabular import *
 from .data import *
 from .loader import *
 from .recorder import *
+from .model import *
 from .learner import *
 from .optimizer import *
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name

@@ -16,7 +16,8 @@ from .data import random_splits
 from fastai.data.transforms import Categorize
 
 # %% auto #0
-__all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'ReadTabBatchGPU', 'BatchDataLoader']
+__all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'bag_batch_padded', 'bag_width',
+           'ReadTabBatchGPU', 'BatchDataLoader']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
@@ -93,6 +94,19 @@ def bag_batch(values:Tensor, offsets:Tensor, idx:Tensor)->tuple[Tensor,Tensor]:
     return values[pos], offs[:-1]
 
 # %% ../nbs/04_loader.ipynb #1ca2ee75
+def bag_batch_padded(values:Tensor, offsets:Tensor, idx:Tensor, width:int)->tuple[Tensor,Tensor]:
+    "(codes, lengths) of rows `idx` of the multi-hot column (`values`, `offsets`): codes padded with zeros to `width` a row"
+    starts = offsets[idx]
+    lens,j = offsets[idx+1]-starts,torch.arange(width, device=idx.device)
+    if not len(values): return torch.zeros(len(idx), width, dtype=values.dtype, device=idx.device), lens
+    codes = values[(starts[:,None]+j).clamp_(max=len(values)-1)]
+    return torch.where(j < lens[:,None], codes, 0), lens
+
+def bag_width(offsets:Tensor)->int:
+    "The longest row of a multi-hot column with `offsets` (0 for no rows)"
+    return int((offsets[1:]-offsets[:-1]).max()) if len(offsets) > 1 else 0
+
+# %% ../nbs/04_loader.ipynb #8c59cfe3
 def _dist_rank_world(rank, world_size):
     if rank is not None and world_size is not None: return rank, world_size
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -108,14 +122,17 @@ class ReadTabBatchGPU(ReadTabBatch):
         cols = {**{n: cats[:,i] for i,n in enumerate(to.cat_names)}, **{n: conts[:,i] for i,n in enumerate(to.cont_names)}}
         if to.mh_names:
             for n,(v,offs) in zip(to.mh_names, o.pop(0)):
-                v,offs = to_np(v),list(to_np(offs))+[len(v)]
-                cols[n] = [v[offs[i]:offs[i+1]] for i in range(len(cats))]
+                v,offs = to_np(v),to_np(offs)
+                if v.ndim==2: cols[n] = [v[i,:offs[i]] for i in range(len(cats))]  # padded: (codes, lengths)
+                else:
+                    offs = list(offs)+[len(v)]
+                    cols[n] = [v[offs[i]:offs[i+1]] for i in range(len(cats))]
         if o:
             y = to_np(o[0]).reshape(len(cats), -1)
             cols.update({n: y[:,i] for i,n in enumerate(to.y_names)})
         return to.new(pd.DataFrame(cols))
 
-# %% ../nbs/04_loader.ipynb #2f17f2f5
+# %% ../nbs/04_loader.ipynb #d22099b3
 @delegates(TfmdDL.__init__)
 class BatchDataLoader(TfmdDL):
     "Batches of a `TabularGPU` gathered on the device, in an order seeded by (`seed`, epoch), sharded by `rank`"
@@ -128,10 +145,13 @@ class BatchDataLoader(TfmdDL):
         rank:int|None=None, # This process's rank (default: torch.distributed's, else 0)
         world_size:int|None=None, # Number of ranks (default: torch.distributed's, else 1)
         host:bool=False, # Keep the data in pinned host memory, gather there and copy each batch to the device
+        mh_width:int|str|None=None, # Multi-hot batches padded to this many codes a row ('max': the longest row), else (values, offsets)
         after_batch=None, # Batch transforms, after `ReadTabBatchGPU`
         **kwargs
     ):
-        self.seed,self.epoch,self.host = ifnone(seed, random.randrange(2**31)),0,host
+        if not (mh_width is None or mh_width=='max' or isinstance(mh_width, int) and mh_width >= 0):
+            raise ValueError(f"`mh_width` must be None, 'max' or a number of codes, not {mh_width!r}")
+        self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
         self.rank,self.world_size = _dist_rank_world(rank, world_size)
         after_batch = ReadTabBatchGPU(dataset) if after_batch is None else after_batch
         kwargs.pop('num_workers', None)
@@ -175,9 +195,20 @@ class BatchDataLoader(TfmdDL):
         "The batch of rows `idx`: (cats, conts[, multi-hot], ys) gathered from the tensors `t` (default: `tensors()`)"
         t = ifnone(t, self.tensors())
         b = (t.cats[idx], t.conts[idx])
-        if t.mh: b += (tuple(bag_batch(*vo, idx) for vo in t.mh.values()),)
+        if t.mh: b += (tuple(bag_batch(*vo, idx) if w is None else bag_batch_padded(*vo, idx, w) for vo,w in zip(t.mh.values(), self.mh_widths(t))),)
         if t.ys is not None: b += (t.ys[idx],)
         return b
+
+    def mh_widths(self, t:TabTensors|None=None)->list:
+        "Padded width of each multi-hot column (None: the (values, offsets) layout), checked once against the longest row"
+        if self.mh_width is None: return [None]*len(self.dataset.mh_names)
+        if getattr(self, '_mh_widths', None) is None:
+            longest = {m: bag_width(o) for m,(v,o) in ifnone(t, self.tensors()).mh.items()}
+            for m,n in longest.items():
+                if self.mh_width!='max' and n > self.mh_width: raise ValueError(
+                    f"multi-hot column {m!r} has rows of {n} codes, more than `mh_width`={self.mh_width}: pass `mh_width='max'` or at least {n}")
+            self._mh_widths = [n if self.mh_width=='max' else self.mh_width for n in longest.values()]
+        return self._mh_widths
 
     def __iter__(self):
         self.before_iter()
@@ -198,10 +229,10 @@ class BatchDataLoader(TfmdDL):
         return first(self)
 
     def new(self, dataset=None, cls=None, **kwargs):
-        kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host)
+        kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host, mh_width=self.mh_width)
         return super().new(dataset, cls, **merge(kw, kwargs))
 
-# %% ../nbs/04_loader.ipynb #3ba5a958
+# %% ../nbs/04_loader.ipynb #129a784b
 def _prefetch(batches, device):
     "Copy host batches to `device` one ahead, on a side stream"
     if device is None or device.type != 'cuda':
@@ -216,7 +247,7 @@ def _prefetch(batches, device):
         pending = nb
     if pending is not None: yield pending
 
-# %% ../nbs/04_loader.ipynb #8c59cfe3
+# %% ../nbs/04_loader.ipynb #19de4580
 TabularGPU._dl_type,TabularGPU._dbunch_type = BatchDataLoader,TabularDataLoaders
 
 @patch
@@ -224,7 +255,7 @@ def __getstate__(self:TabularGPU):
     "Pickle without the tensors cached for the loaders"
     return {k:v for k,v in self.__dict__.items() if k != '_tensors'}
 
-# %% ../nbs/04_loader.ipynb #b343ae85
+# %% ../nbs/04_loader.ipynb #ace9e534
 @patch(cls_method=True)
 @delegates(BatchDataLoader.__init__)
 def from_gpu_df(cls:TabularDataLoaders,

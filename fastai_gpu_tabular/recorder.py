@@ -87,6 +87,21 @@ def record_on_device(self:Learner,
                                       beta=old.smooth_loss.beta, show_every=show_every))
 
 # %% ../nbs/04a_recorder.ipynb #a76ad92c
+_fai_contiguous = BaseLoss._contiguous
+
+@patch
+def _contiguous(self:BaseLoss, x):
+    "fastai's, but a plain `Tensor` once the loss is marked `plain` (`Learner.plain_loss`)"
+    if not getattr(self, 'plain', False): return _fai_contiguous(self, x)
+    return x.transpose(self.axis,-1).contiguous().as_subclass(Tensor) if isinstance(x, Tensor) else x
+
+@patch
+def plain_loss(self:Learner):
+    "Give `self` a copy of its `BaseLoss` computing on plain tensors (no `TensorBase` overhead); other losses are left alone"
+    if isinstance(self.loss_func, BaseLoss): self.loss_func = copy(self.loss_func); self.loss_func.plain = True
+    return self
+
+# %% ../nbs/04a_recorder.ipynb #ffa3197d
 class CheckNoSync(Callback):
     "Raise where the training loop synchronises with the GPU, from the second batch of each epoch on"
     order = -100

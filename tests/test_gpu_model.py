@@ -1,0 +1,74 @@
+"""GPU suite for FastTabularModel (`pytest -m gpu`): equal to fastai's TabularModel on CUDA (outputs, gradients, running
+statistics; fp32 and under bf16 autocast), the same AUC after training, and a training loop without host syncs with
+multi-hot columns in the padded layout."""
+import pytest, torch
+from fastai.tabular.all import CategoryBlock, RocAucBinary, TabularModel, set_seed
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.model import FastTabularModel, FastBatchNorm1d
+from fastai_gpu_tabular.recorder import CheckNoSync
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+
+pytestmark = pytest.mark.gpu
+EMB = [(5000, 600), (3000, 600), (25, 10), (3, 3)]  # the MovieLens-25M widths (1,215 input columns), smaller tables
+
+def models(**kw):
+    set_seed(0); a = TabularModel(EMB, 2, 2, [512, 256], **kw).cuda()
+    set_seed(0); b = FastTabularModel(EMB, 2, 2, [512, 256], **kw).cuda()
+    return a, b
+
+def batch(bs=4096):
+    xc = torch.stack([torch.randint(0, n, (bs,), device='cuda') for n, _ in EMB], 1)
+    return xc, torch.randn(bs, 2, device='cuda') * 3 + 1
+
+@pytest.mark.parametrize('train', [True, False])
+def test_equals_fastai_model_fp32(train):
+    a, b = models(embed_p=0.1, ps=[0.1, 0.1])
+    assert b.width == 1216 and isinstance(b.bn_cont, FastBatchNorm1d)
+    a.train(train); b.train(train)
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.05), torch.optim.SGD(b.parameters(), lr=0.05)
+    for step in range(4):
+        xc, xn = batch()
+        set_seed(step); ya = a(xc, xn)
+        set_seed(step); yb = b(xc, xn)
+        torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-5)
+        torch.nn.functional.cross_entropy(ya, xc[:, 2] % 2).backward(); torch.nn.functional.cross_entropy(yb, xc[:, 2] % 2).backward()
+        for (n, p), q in zip(a.named_parameters(), b.parameters()): torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=n)
+        opt_a.step(); opt_b.step(); opt_a.zero_grad(); opt_b.zero_grad()
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for k in sa: torch.testing.assert_close(sb[k], sa[k], rtol=1e-4, atol=1e-5, msg=k)
+
+def test_equals_fastai_model_bf16_autocast():
+    a, b = models()
+    xc, xn = batch()
+    with torch.autocast('cuda', dtype=torch.bfloat16): ya, yb = a(xc, xn), b(xc, xn)
+    assert yb.dtype == torch.bfloat16
+    torch.testing.assert_close(yb.float(), ya.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(b.bn_cont.running_mean, a.bn_cont.running_mean)
+
+def test_trained_auc_equals_fastai_model_bf16():
+    n = 400_000
+    df = synth_movielens(n, n_users=20_000, n_items=5_000, gpu=True)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    aucs = []
+    for fast in (True, False):
+        set_seed(0)
+        learn = tabular_learner(to.dataloaders(bs=8192, seed=0), layers=[512, 256], metrics=RocAucBinary(), fast=fast).to_bf16()
+        learn.fit_one_cycle(2, 5e-3)
+        aucs.append(learn.recorder.values[-1][-1])
+    assert aucs[1] > 0.7 and abs(aucs[0] - aucs[1]) < 3e-3, aucs
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_padded_multi_hot_training_has_no_host_sync(precision):
+    n = 100_000
+    df = synth_movielens(n, n_users=3_000, n_items=1_000, gpu=True)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(),
+                    mh_names=BENCH_MH, **BENCH_SCHEMA)
+    set_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=2048, seed=0, mh_width='max'), layers=[128, 64], metrics=RocAucBinary())
+    if precision == 'bf16': learn.to_bf16()
+    try: learn.fit_one_cycle(2, 3e-3, cbs=CheckNoSync())
+    finally: torch.cuda.set_sync_debug_mode('default')
+    assert learn.recorder.values[-1][-1] > 0.6
