@@ -16,5 +16,6 @@ from .recorder import *
 from .model import *
 from .learner import *
 from .optimizer import *
+from .distributed import *
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name
 __all__ = [o for o in dir() if not o.startswith('_')]

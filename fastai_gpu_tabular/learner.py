@@ -16,7 +16,7 @@ from .data import movielens_sample, movielens_tabular
 import time
 
 # %% auto #0
-__all__ = ['tabular_learner', 'train_main']
+__all__ = ['tabular_learner']
 
 # %% ../nbs/05_learner.ipynb #f2fa22aa
 @delegates(_fai_tabular_learner)
@@ -35,27 +35,3 @@ def tabular_learner(dls, layers=None, emb_szs=None, config=None, n_out=None, y_r
     model = (FastTabularModel if fast else TabularModelMH)(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                            mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range, **config)
     return TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
-
-# %% ../nbs/05_learner.ipynb #380c9893
-@call_parse
-def train_main(
-    epochs:int=3, # Epochs of `fit_one_cycle`
-    bs:int=1024, # Batch size
-    lr:float=5e-3, # Maximum learning rate
-    cpu:bool_arg=False, # Use pandas and the CPU even where cuDF and a GPU are available
-    seed:int=42, # Seed of the split, the weights and the batch order
-):
-    "Train on the MovieLens sample with multi-hot genres, printing validation accuracy and AUC and the rows/s"
-    set_seed(seed)
-    gpu = gpu_available() and not cpu
-    t0 = time.perf_counter()
-    to = movielens_tabular(movielens_sample(gpu), seed=seed)
-    dls = to.dataloaders(bs=bs, seed=seed, device=None if gpu else 'cpu')
-    learn = tabular_learner(dls, layers=[200,100], metrics=[accuracy, RocAucBinary()])
-    t1 = time.perf_counter()
-    learn.fit_one_cycle(epochs, lr)
-    t2 = time.perf_counter()
-    loss,acc,auc = learn.validate()
-    print(f"{'cuDF + GPU' if gpu else 'pandas + CPU'}: preprocessing and loaders {t1-t0:.2f}s; {epochs} epochs in {t2-t1:.2f}s "
-          f"({epochs*len(dls.train)*bs/(t2-t1):,.0f} training rows/s); validation loss {loss:.4f}, accuracy {acc:.4f}, AUC {auc:.4f}")
-    return learn

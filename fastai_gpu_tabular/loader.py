@@ -152,6 +152,7 @@ class BatchDataLoader(TfmdDL):
         if not (mh_width is None or mh_width=='max' or isinstance(mh_width, int) and mh_width >= 0):
             raise ValueError(f"`mh_width` must be None, 'max' or a number of codes, not {mh_width!r}")
         self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
+        self.skip = 0  # batches of the next epoch to leave out (resuming mid-epoch), then back to 0
         self.rank,self.world_size = _dist_rank_world(rank, world_size)
         after_batch = ReadTabBatchGPU(dataset) if after_batch is None else after_batch
         kwargs.pop('num_workers', None)
@@ -213,7 +214,8 @@ class BatchDataLoader(TfmdDL):
     def __iter__(self):
         self.before_iter()
         t = self.tensors()
-        batches = (self.create_batch(idx, t) for idx in self.batch_idxs(self.order()))
+        idxs,self.skip = self.batch_idxs(self.order())[self.skip:],0
+        batches = (self.create_batch(idx, t) for idx in idxs)
         if self.host: batches = _prefetch(batches, self.device)
         tfm = self.after_batch if [type(f) for f in self.after_batch.fs] != [ReadTabBatchGPU] else noop  # skip an identity pipeline
         for b in batches: yield tfm(b)

@@ -202,7 +202,8 @@ def fit_large_batch(self:Learner,
 ):
     "`fit_one_cycle` at `large_batch_lr` for the training batch of all ranks, warming up over at least `warmup_steps`"
     dl = self.dls.train
-    steps = n_epoch*len(dl)
+    world = max(getattr(dl, 'world_size', 1), num_distrib())  # the loader is sharded when the fit starts, under `distrib_ctx`
+    steps = n_epoch*len(dl)*getattr(dl, 'world_size', 1)//world
     pct = min(0.5, max(0.25, warmup_steps/max(steps, 1)))
-    lr = large_batch_lr(dl.bs*getattr(dl, 'world_size', 1), base_lr, base_bs, rule)
+    lr = large_batch_lr(dl.bs*world, base_lr, base_bs, rule)
     return self.fit_one_cycle(n_epoch, lr, pct_start=pct, **kwargs)

@@ -8,21 +8,38 @@ from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
 
 # %% auto #0
-__all__ = ['DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync']
+__all__ = ['distributed', 'dist_device', 'DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync']
 
 # %% ../nbs/04a_recorder.ipynb #6f07033b
+def distributed()->bool:
+    "True inside a torch.distributed process group of more than one rank"
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+def dist_device()->torch.device:
+    "The device this rank's collectives use: its GPU under NCCL, else the CPU"
+    return torch.device('cuda', torch.cuda.current_device()) if torch.distributed.get_backend()=='nccl' else torch.device('cpu')
+
 class DeviceAvgLoss(AvgLoss):
-    "fastai's `AvgLoss`, accumulated on the loss's device"
+    "fastai's `AvgLoss`, accumulated on the loss's device; across ranks, the mean over every rank's rows"
     def accumulate(self, learn):
         bs = find_bs(learn.yb)
-        self.total += to_detach(learn.loss.mean(), cpu=False)*bs
+        if not bs: return  # a rank's share of the last validation batch can be empty
+        self.total += to_detach(learn.loss.mean(), cpu=False, gather=False)*bs
         self.count += bs
 
+    @property
+    def value(self):
+        if not distributed(): return self.total/self.count if self.count != 0 else None
+        t = torch.tensor([float(self.count), 0.], device=dist_device())
+        t[1:] = self.total  # one all-reduce of (rows, loss sum) at the end of validation
+        torch.distributed.all_reduce(t)
+        return t[1]/t[0] if t[0] else None
+
 class DeviceSmoothLoss(AvgSmoothLoss):
-    "fastai's `AvgSmoothLoss`, accumulated on the loss's device"
+    "fastai's `AvgSmoothLoss`, accumulated on the loss's device (each rank its own: no collective per batch)"
     def accumulate(self, learn):
         self.count += 1
-        loss = to_detach(learn.loss.mean(), cpu=False).float()
+        loss = to_detach(learn.loss.mean(), cpu=False, gather=False).float()
         self.val = torch.lerp(loss, self.val.to(loss.device), self.beta)
 
 # %% ../nbs/04a_recorder.ipynb #1e184766

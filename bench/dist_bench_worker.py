@@ -1,0 +1,68 @@
+"""One process of bench/bench_dist.py, started by `accelerate launch`: `allreduce` times NCCL all-reduces; `ours` and
+`fastai` time training batches inside fastai's `distrib_ctx` and write rank 0's figures to OUT/NAME.json."""
+import argparse, json, os, statistics, sys, time, warnings
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+import torch
+from accelerate import PartialState
+from common import learner_rate
+
+p = argparse.ArgumentParser()
+p.add_argument('what', choices=['allreduce', 'ours', 'fastai'])
+p.add_argument('out')
+p.add_argument('--rows', type=int, default=25_000_000)
+p.add_argument('--bs', type=int, default=65536)
+p.add_argument('--rows-timed', type=int, default=6_000_000)
+p.add_argument('--repeats', type=int, default=3)
+p.add_argument('--precision', default='bf16')
+a = p.parse_args()
+state = PartialState()
+torch.cuda.set_device(state.local_process_index)
+world, rank = state.num_processes, state.process_index
+res = dict(what=a.what, world_size=world)
+
+if a.what == 'allreduce':
+    for mb in (64, 256, 1024):
+        x = torch.ones(mb * 2**20 // 4, device='cuda')
+        for _ in range(3): torch.distributed.all_reduce(x)
+        torch.cuda.synchronize(); t = time.perf_counter()
+        for _ in range(10): torch.distributed.all_reduce(x)
+        torch.cuda.synchronize(); dt = (time.perf_counter() - t) / 10
+        res[f'{mb}MB_ms'] = round(dt * 1e3, 3)
+        res[f'{mb}MB_busbw_GBs'] = round(2 * (world - 1) / world * x.numel() * 4 / dt / 1e9, 1)  # nccl-tests' bus bandwidth
+else:
+    from fastai.tabular.all import CategoryBlock, Lamb, ProgressCallback, set_seed, TabularPandas
+    from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+    set_seed(0)
+    df = synth_movielens(a.rows, gpu=a.what == 'ours')
+    tr, va = random_splits(a.rows)
+    if a.what == 'ours':
+        from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+        from fastai_gpu_tabular.tabular import TabularGPU
+        from fastai_gpu_tabular.learner import tabular_learner
+        from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings
+        to = TabularGPU(df.drop(columns=list(BENCH_MH)), procs=[Categorify, FillMissing, Normalize], splits=random_splits(a.rows, like=df),
+                        y_block=CategoryBlock(), **BENCH_SCHEMA)
+        learn = tabular_learner(to.dataloaders(bs=a.bs, seed=0), layers=[512, 256], opt_func=ForeachLamb)
+        learn.add_cb(ExcludeEmbeddings())
+        res['setup'] = 'TabularGPU + BatchDataLoader + FastTabularModel, ForeachLamb (fused)'
+    else:  # stock fastai, the issue's comparison: 2 categorical + 1 continuous column, fastai's Lamb
+        from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_learner
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            to = TabularPandas(df[['userId', 'movieId', 'days', 'target']], procs=[Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId'],
+                               cont_names=['days'], y_names='target', y_block=CategoryBlock(), splits=[tr.tolist(), va.tolist()])
+        learn = tabular_learner(to.dataloaders(bs=a.bs, device=f'cuda:{state.local_process_index}'), layers=[512, 256], opt_func=Lamb)
+        res['setup'] = 'TabularPandas + TabDataLoader (DistributedDL) + TabularModel, fastai Lamb'
+    del df
+    if a.precision == 'bf16': learn.to_bf16()
+    learn.remove_cb(ProgressCallback)
+    n_batches = len(learn.dls.train) // world
+    with learn.distrib_ctx(sync_bn=False):
+        rate, ts = learner_rate(learn, a.bs, min(a.rows_timed, (n_batches - 4) * a.bs), a.repeats, warm=3)
+    res.update(rows=a.rows, bs_per_gpu=a.bs, precision=a.precision, rows_s=round(rate * world), times=[round(t, 4) for t in ts],
+               step_ms=round(a.bs / rate * 1e3, 3), n_params=sum(p.numel() for p in learn.model.parameters()))
+if rank == 0:
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out)/f'{a.what}_{world}.json').write_text(json.dumps(res, indent=1))
+    print(res, flush=True)

@@ -1,0 +1,77 @@
+"""Two processes with the gloo backend on the CPU (the CI check of the multi-GPU path): disjoint shards, equal batch
+counts, every validation row counted once with the AUC of a single process, a 2-rank run at batch B/2 ending with the
+weights of a 1-process run at batch B, and a run stopped mid-epoch and resumed ending with the weights of a whole run."""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest, torch
+from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback, set_seed, tabular_config
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+
+ROOT = Path(__file__).parent.parent
+
+def launch(n, *args, timeout=600, accelerate=False):
+    "Run `args` (a script or `-m module` and its arguments) in `n` processes with torch's launcher (or `accelerate launch`)"
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
+    cmd = ([sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n), '--num_machines', '1', '--mixed_precision', 'no',
+            '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) if accelerate else
+           [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(n)]) + list(map(str, args))
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return r.stdout
+
+def train(tmp, name, n, *args, gpu=False):
+    "The training entry point on the synthetic data in `n` processes (on the CPU, or `accelerate launch` on GPUs); its output folder"
+    out = tmp/name
+    launch(n, '-m', 'fastai_gpu_tabular.train', '--data', 'synth', '--rows', 12_000, '--deterministic', '--out', out, *args,
+           *([] if gpu else ['--cpu']), accelerate=gpu)
+    return out
+
+def weights(out): return torch.load(out/'model.pth', weights_only=True)
+
+def assert_same_weights(a, b, tol=1e-5):
+    wa, wb = weights(a), weights(b)
+    assert list(wa) == list(wb)
+    for k in wa: torch.testing.assert_close(wb[k].float(), wa[k].float(), rtol=tol, atol=tol, msg=k)
+
+def test_two_ranks_shard_train_and_gather_validation_exactly(tmp_path):
+    launch(2, 'tests/dist_worker.py', tmp_path)
+    r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert not set(r0['rows']) & set(r1['rows']) and len(r0['rows']) == len(r1['rows']) == 8 * 500   # 8,006 rows: 8 full batches of 2x500
+    assert r0['n_train'] == r1['n_train'] == 8 and r0['n_valid'] == r1['n_valid'] == 3                # 2,001 = 2x1,000 + 1
+    assert r0['n_preds'] == r1['n_preds'] == 2001 and r0['preds'] == r1['preds']
+    # the same weights in one process: the same predictions, in the same order, and the same metrics
+    set_seed(0)
+    n = 10_007
+    df = synth_movielens(n, n_users=300, n_items=100, gpu=False)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    learn = tabular_learner(to.dataloaders(bs=500, device='cpu'), layers=[32, 16], metrics=RocAucBinary(),
+                            config=tabular_config(use_bn=False, bn_cont=False))
+    learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))
+    learn.remove_cb(ProgressCallback)
+    preds, targs = learn.get_preds()
+    assert targs.view(-1).tolist() == r0['targs']
+    torch.testing.assert_close(preds[:, 1], torch.tensor(r0['preds']), rtol=1e-5, atol=1e-6)
+    loss, auc = learn.validate()
+    assert abs(auc - r0['auc']) < 1e-6 and abs(loss - r0['valid_loss']) < 1e-5, (auc, r0['auc'], loss, r0['valid_loss'])
+
+def test_two_ranks_at_half_batch_match_one_process(tmp_path):
+    common = ('--bn', 'false', '--epochs', 1, '--lr', 1e-2)
+    one = train(tmp_path, 'one', 1, '--bs', 600, *common)
+    two = train(tmp_path, 'two', 2, '--bs', 300, *common)
+    assert_same_weights(one, two)
+    m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
+    assert m2['world_size'] == 2 and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < 1e-5
+
+@pytest.mark.parametrize('n', [1, 2])
+def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
+    common = ('--bs', 800 // n, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32')  # 9,600 rows: 12 batches an epoch
+    whole = train(tmp_path, 'whole', n, *common)
+    cut = train(tmp_path, 'cut', n, *common, '--stop-after', 17)   # stopped after 5 batches of the second epoch
+    assert not (cut/'model.pth').exists() and (cut/'checkpoint.pth').exists()
+    st = torch.load(cut/'checkpoint.pth', weights_only=False)
+    assert (st['epoch'], st['batch']) == (1, 5)
+    train(tmp_path, 'cut', n, *common, '--resume')
+    assert_same_weights(whole, cut, tol=1e-6)

@@ -1,0 +1,33 @@
+"""Two GPUs with NCCL under `accelerate launch --num_processes 2` (`pytest -m gpu2`): the CPU checks of
+test_distributed.py again, with SyncBatchNorm for the half-batch equivalence and bf16 for resuming."""
+import json
+import pytest, torch
+from test_distributed import launch, train, assert_same_weights, ROOT
+
+pytestmark = pytest.mark.gpu2
+
+def test_two_gpus_shard_train_and_gather_validation_exactly(tmp_path):
+    launch(2, 'tests/dist_worker.py', tmp_path, 'gpu', accelerate=True)
+    r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert not set(r0['rows']) & set(r1['rows']) and len(r0['rows']) == len(r1['rows']) == 8 * 500
+    assert r0['n_train'] == r1['n_train'] == 8 and r0['n_valid'] == r1['n_valid'] == 3
+    assert r0['n_preds'] == r1['n_preds'] == 2001 and r0['preds'] == r1['preds']
+
+@pytest.mark.parametrize('bn', ['sync', 'none'])
+def test_two_gpus_at_half_batch_match_one(tmp_path, bn):
+    common = ('--epochs', 1, '--lr', 1e-2) + (('--sync-bn',) if bn == 'sync' else ('--bn', 'false'))
+    one = train(tmp_path, 'one', 1, '--bs', 600, *common, gpu=True)
+    two = train(tmp_path, 'two', 2, '--bs', 300, *common, gpu=True)
+    assert_same_weights(one, two, tol=2e-5)
+    m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
+    assert m2['world_size'] == 2 and m2['device'].startswith('cuda') and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < 1e-4
+
+@pytest.mark.parametrize('precision', ['fp32', 'fp16'])
+def test_two_gpus_resumed_run_ends_like_a_whole_run(tmp_path, precision):
+    common = ('--bs', 400, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--precision', precision)
+    whole = train(tmp_path, 'whole', 2, *common, gpu=True)
+    cut = train(tmp_path, 'cut', 2, *common, '--stop-after', 17, gpu=True)
+    st = torch.load(cut/'checkpoint.pth', weights_only=False)
+    assert (st['epoch'], st['batch']) == (1, 5) and ('scaler' in st) == (precision == 'fp16')
+    train(tmp_path, 'cut', 2, *common, '--resume', gpu=True)
+    assert_same_weights(whole, cut, tol=1e-6)
