@@ -6,6 +6,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch
 from accelerate import PartialState
 from common import learner_rate
+import fastai.distributed
+from fastai_gpu_tabular.distributed import ddp_kwargs  # `Learner.distrib_ctx`; `BatchDataLoader` shards itself
 
 p = argparse.ArgumentParser()
 p.add_argument('what', choices=['allreduce', 'ours', 'fastai'])
@@ -15,6 +17,8 @@ p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--rows-timed', type=int, default=6_000_000)
 p.add_argument('--repeats', type=int, default=3)
 p.add_argument('--precision', default='bf16')
+p.add_argument('--bf16-grads', action='store_true')
+p.add_argument('--bucket-view', action='store_true')
 a = p.parse_args()
 state = PartialState()
 torch.cuda.set_device(state.local_process_index)
@@ -58,11 +62,12 @@ else:
     if a.precision == 'bf16': learn.to_bf16()
     learn.remove_cb(ProgressCallback)
     n_batches = len(learn.dls.train) // world
-    with learn.distrib_ctx(sync_bn=False):
+    res.update(bf16_grads=a.bf16_grads, bucket_view=a.bucket_view)
+    with learn.distrib_ctx(sync_bn=False, **ddp_kwargs(a.bf16_grads, a.bucket_view)):
         rate, ts = learner_rate(learn, a.bs, min(a.rows_timed, (n_batches - 4) * a.bs), a.repeats, warm=3)
     res.update(rows=a.rows, bs_per_gpu=a.bs, precision=a.precision, rows_s=round(rate * world), times=[round(t, 4) for t in ts],
                step_ms=round(a.bs / rate * 1e3, 3), n_params=sum(p.numel() for p in learn.model.parameters()))
 if rank == 0:
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out)/f'{a.what}_{world}.json').write_text(json.dumps(res, indent=1))
+    (Path(a.out)/f"{a.what}_{world}{'_bf16g' if a.bf16_grads else ''}.json").write_text(json.dumps(res, indent=1))
     print(res, flush=True)

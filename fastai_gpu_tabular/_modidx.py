@@ -76,6 +76,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                              'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed._set_rng': ( 'distributed.html#_set_rng',
                                                                                              'fastai_gpu_tabular/distributed.py'),
+                                                'fastai_gpu_tabular.distributed.ddp_kwargs': ( 'distributed.html#ddp_kwargs',
+                                                                                               'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.gather_rows': ( 'distributed.html#gather_rows',
                                                                                                 'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.use_rank_gpu': ( 'distributed.html#use_rank_gpu',

@@ -13,7 +13,7 @@ from .loader import BatchDataLoader, _dist_rank_world
 from .recorder import distributed, dist_device
 
 # %% auto #0
-__all__ = ['gather_rows', 'Checkpoint', 'use_rank_gpu']
+__all__ = ['gather_rows', 'ddp_kwargs', 'Checkpoint', 'use_rank_gpu']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -68,6 +68,16 @@ def _wrap_dl(self:DistributedTrainer, dl):
     return _fai_wrap_dl(self, dl)
 
 # %% ../nbs/07_distributed.ipynb #73c12766
+def ddp_kwargs(
+    bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`)
+    bucket_view:bool=True, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`)
+)->dict:
+    "Keyword arguments for `learn.distrib_ctx(...)` setting how `DistributedDataParallel` all-reduces the gradients"
+    from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHookType
+    hook = DDPCommunicationHookType.BF16 if bf16_grads else DDPCommunicationHookType.NO
+    return dict(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=bucket_view, comm_hook=hook)])
+
+# %% ../nbs/07_distributed.ipynb #3b9d4522
 class Checkpoint(Callback):
     "Save model, optimizer, scaler, schedule and loader position every `every` training batches and after each epoch; resume from `resume`"
     order = 20  # after TrainEvalCallback, MixedPrecision and DistributedTrainer set up the fit
@@ -128,7 +138,7 @@ def _set_rng(s):
     torch.set_rng_state(s['torch'].cpu()); np.random.set_state(s['numpy']); random.setstate(s['python'])
     if s['cuda'] is not None and torch.cuda.is_available(): torch.cuda.set_rng_state(s['cuda'].cpu())
 
-# %% ../nbs/07_distributed.ipynb #39f33513
+# %% ../nbs/07_distributed.ipynb #dc3fbad0
 def use_rank_gpu()->torch.device:
     "Make this process's GPU (`LOCAL_RANK`) the current CUDA device for torch and cuDF, before any data is made; the CPU without CUDA"
     if not torch.cuda.is_available(): return torch.device('cpu')

@@ -13,7 +13,7 @@ from .tabular import TabularGPU, save_procs
 from .data import synth_movielens, movielens_sample, random_splits, BENCH_SCHEMA, BENCH_MH, ML_SCHEMA
 from .learner import tabular_learner
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
-from .distributed import Checkpoint
+from .distributed import Checkpoint, ddp_kwargs
 
 # %% auto #0
 __all__ = ['read_data', 'TrainTimer', 'StopAfter', 'main']
@@ -85,6 +85,7 @@ def main(
     resume:store_true=False, # Go on from `out`/checkpoint.pth
     checkpoint_every:int=0, # Also checkpoint every this many training batches (0: at the end of each epoch only)
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
+    bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
     bn:bool_arg=True, # BatchNorm in the model (fastai's `use_bn` and `bn_cont`)
     fast:bool_arg=True, # `FastTabularModel` (False: fastai's `TabularModel`)
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
@@ -119,7 +120,7 @@ def main(
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
     lr = ifnone(lr, large_batch_lr(bs*world, 5e-3, 1024))
     t1 = time.perf_counter()
-    with learn.distrib_ctx(sync_bn=sync_bn): learn.fit_one_cycle(epochs, lr, cbs=cbs)
+    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, bucket_view=False)): learn.fit_one_cycle(epochs, lr, cbs=cbs)
     if stop.stopped or rank_distrib(): return learn
     res = dict(zip(learn.recorder.metric_names[2:-1], map(float, learn.recorder.values[-1][1:])), world_size=world, bs=bs, lr=lr,
                train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None, prep_s=t1-t0, device=str(device))
