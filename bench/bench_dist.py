@@ -5,7 +5,7 @@ fastai's `distrib_ctx`, launched with `accelerate launch`, at the same batch per
 
   (a) NCCL all-reduce of 64 MB / 256 MB / 1 GB fp32 between the two GPUs: time and bus bandwidth (as nccl-tests count it)
   (b) ours: TabularGPU + BatchDataLoader + FastTabularModel + ForeachLamb, bf16, on `--rows` rows of the benchmark schema,
-      1 GPU and 2 GPUs (`--bs` rows a batch on each GPU; gradients as bucket views); rows/s of all GPUs together; and 2 GPUs
+      1 GPU and 2 GPUs (`--bs` rows a batch on each GPU); rows/s of all GPUs together; and 2 GPUs
       with the gradients all-reduced in bf16 (`ddp_kwargs(bf16_grads=True)`)
   (c) stock fastai for comparison: TabularPandas + TabDataLoader (fastai's DistributedDL) + TabularModel + fastai's Lamb,
       fp32, `--fastai-rows` rows, 2 categorical + 1 continuous column, 1 and 2 GPUs
@@ -21,6 +21,7 @@ p.add_argument('--rows', type=int, default=25_000_000)
 p.add_argument('--fastai-rows', type=int, default=12_000_000)
 p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--skip-fastai', action='store_true')
+p.add_argument('--bucket-view', action='store_true', help="ours with DDP's gradient_as_bucket_view (slower when measured)")
 a = p.parse_args()
 here = Path(__file__).parent
 out = Path(tempfile.mkdtemp())
@@ -34,10 +35,10 @@ def launch(n, *args, tag=''):
 
 ar = launch(2, 'allreduce', out)
 runs = {(w, n): launch(n, w, out, '--rows', a.rows if w == 'ours' else a.fastai_rows, '--precision', 'bf16' if w == 'ours' else 'fp32',
-                       *(['--bucket-view'] if w == 'ours' else []))
+                       *(['--bucket-view'] if w == 'ours' and a.bucket_view else []))
         for w in (['ours'] + ([] if a.skip_fastai else ['fastai'])) for n in (1, 2)}
 runs[('ours, bf16 gradients', 1)] = runs[('ours', 1)]
-runs[('ours, bf16 gradients', 2)] = launch(2, 'ours', out, '--rows', a.rows, '--precision', 'bf16', '--bucket-view', '--bf16-grads', tag='_bf16g')
+runs[('ours, bf16 gradients', 2)] = launch(2, 'ours', out, '--rows', a.rows, '--precision', 'bf16', '--bf16-grads', *(['--bucket-view'] if a.bucket_view else []), tag='_bf16g')
 bw = ar['1024MB_busbw_GBs']
 rows = [dict(run='NCCL all-reduce, 2 GPUs', **{k: v for k, v in ar.items() if k.endswith(('_ms', '_GBs'))})]
 for w in ['ours', 'ours, bf16 gradients'] + ([] if a.skip_fastai else ['fastai']):

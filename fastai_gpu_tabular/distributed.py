@@ -70,7 +70,7 @@ def _wrap_dl(self:DistributedTrainer, dl):
 # %% ../nbs/07_distributed.ipynb #73c12766
 def ddp_kwargs(
     bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`)
-    bucket_view:bool=True, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`)
+    bucket_view:bool=False, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`; slower in bench_dist.py)
 )->dict:
     "Keyword arguments for `learn.distrib_ctx(...)` setting how `DistributedDataParallel` all-reduces the gradients"
     from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHookType

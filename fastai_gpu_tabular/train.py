@@ -120,7 +120,7 @@ def main(
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
     lr = ifnone(lr, large_batch_lr(bs*world, 5e-3, 1024))
     t1 = time.perf_counter()
-    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, bucket_view=False)): learn.fit_one_cycle(epochs, lr, cbs=cbs)
+    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads)): learn.fit_one_cycle(epochs, lr, cbs=cbs)
     if stop.stopped or rank_distrib(): return learn
     res = dict(zip(learn.recorder.metric_names[2:-1], map(float, learn.recorder.values[-1][1:])), world_size=world, bs=bs, lr=lr,
                train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None, prep_s=t1-t0, device=str(device))
