@@ -10,7 +10,7 @@ from fastai.distributed import *
 from fastai.distributed import DistributedTrainer
 from fastai.learner import SkipToEpoch
 from .loader import BatchDataLoader, _dist_rank_world
-from .recorder import distributed, dist_device
+from .recorder import distributed
 
 # %% auto #0
 __all__ = ['gather_rows', 'ddp_kwargs', 'Checkpoint', 'use_rank_gpu']
