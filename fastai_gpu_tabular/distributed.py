@@ -13,7 +13,7 @@ from .loader import BatchDataLoader, _dist_rank_world
 from .recorder import distributed
 
 # %% auto #0
-__all__ = ['gather_rows', 'ddp_kwargs', 'Checkpoint', 'use_rank_gpu']
+__all__ = ['gather_rows', 'ddp_kwargs', 'Checkpoint', 'StopAfter', 'use_rank_gpu']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -138,7 +138,15 @@ def _set_rng(s):
     torch.set_rng_state(s['torch'].cpu()); np.random.set_state(s['numpy']); random.setstate(s['python'])
     if s['cuda'] is not None and torch.cuda.is_available(): torch.cuda.set_rng_state(s['cuda'].cpu())
 
-# %% ../nbs/07_distributed.ipynb #dc3fbad0
+# %% ../nbs/07_distributed.ipynb #39f33513
+class StopAfter(Callback):
+    "Stop the fit after `n` training batches of the whole run, as an interruption would"
+    order = 90  # after `Checkpoint` has saved the batch
+    def __init__(self, n:int): self.n,self.stopped = n,False
+    def after_batch(self):
+        if self.training and self.train_iter >= self.n: self.stopped = True; raise CancelFitException()
+
+# %% ../nbs/07_distributed.ipynb #db5dea18
 def use_rank_gpu()->torch.device:
     "Make this process's GPU (`LOCAL_RANK`) the current CUDA device for torch and cuDF, before any data is made; the CPU without CUDA"
     if not torch.cuda.is_available(): return torch.device('cpu')

@@ -13,10 +13,10 @@ from .tabular import TabularGPU, save_procs
 from .data import synth_movielens, movielens_sample, random_splits, BENCH_SCHEMA, BENCH_MH, ML_SCHEMA
 from .learner import tabular_learner
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
-from .distributed import Checkpoint, ddp_kwargs
+from .distributed import Checkpoint, StopAfter, ddp_kwargs
 
 # %% auto #0
-__all__ = ['read_data', 'TrainTimer', 'StopAfter', 'main']
+__all__ = ['read_data', 'TrainTimer', 'main']
 
 # %% ../nbs/08_train.ipynb #2e73e81b
 def _names(s): return [o for o in s.split(',') if o] if isinstance(s, str) else list(ifnone(s, []))
@@ -54,14 +54,6 @@ class TrainTimer(Callback):
     def before_train(self): self._sync(); self.t0 = time.perf_counter()
     def after_batch(self): self.batches += self.training
     def after_train(self): self._sync(); self.seconds += time.perf_counter()-self.t0
-    after_cancel_train = after_train
-
-class StopAfter(Callback):
-    "Stop the fit after `n` training batches of the whole run, as an interruption would"
-    order = 90
-    def __init__(self, n:int): self.n,self.stopped = n,False
-    def after_batch(self):
-        if self.training and self.train_iter >= self.n: self.stopped = True; raise CancelFitException()
 
 # %% ../nbs/08_train.ipynb #936a4bfa
 @call_parse
