@@ -26,45 +26,50 @@ if triton is not None:
         return tl.max_contiguous(tl.multiple_of(base + idx, 16), BLOCK)
 
     @triton.jit
-    def _lamb_kernel(P, G, M, V, NUMEL, FLAGS, BP, BO, PART, SUMS, lr, wd, mom, sqr_mom, c1, c2, eps,
+    def _load_tile(ps, gs, ms, vs, idx, n, BLOCK:tl.constexpr, APPLY:tl.constexpr):
+        "Elements `idx` (below `n`) of p, the gradient (unless `APPLY`: p again), and the averages"
+        msk = idx < n
+        p = tl.load(_block_ptrs(ps, idx, BLOCK), mask=msk, other=0.)
+        g = p if APPLY else tl.load(_block_ptrs(gs, idx, BLOCK), mask=msk, other=0.)
+        return p,g,tl.load(_block_ptrs(ms, idx, BLOCK), mask=msk, other=0.),tl.load(_block_ptrs(vs, idx, BLOCK), mask=msk, other=0.)
+
+    @triton.jit
+    def _lamb_kernel(P, G, M, V, NUMEL, FLAGS, BP, BO, PART, SUMS, NP, lr, wd, mom, sqr_mom, c1, c2, eps,
                      DECOUPLE:tl.constexpr, APPLY:tl.constexpr, BLOCK:tl.constexpr, TILES:tl.constexpr):
         "`TILES` tiles of one parameter: update the averages and write the sums of p² and u², or (`APPLY`) step p"
         b = tl.program_id(0)
         i,start = tl.load(BP + b),tl.multiple_of(tl.load(BO + b), BLOCK)
         n = tl.load(NUMEL + i)
         ps = tl.load(P + i).to(tl.pointer_type(tl.float32))
+        gs = tl.load(G + i).to(tl.pointer_type(tl.float32))
         ms = tl.load(M + i).to(tl.pointer_type(tl.float32))
         vs = tl.load(V + i).to(tl.pointer_type(tl.float32))
-        gs = tl.load(G + i).to(tl.pointer_type(tl.float32))
         k = wd * tl.load(FLAGS + 2*i)  # weight decay where `do_wd`
         if APPLY:
-            r1,r2 = tl.sqrt(tl.load(SUMS + 2*i)/n),tl.sqrt(tl.load(SUMS + 2*i + 1)/n)
+            r1,r2 = tl.sqrt(tl.load(SUMS + i)/n),tl.sqrt(tl.load(SUMS + NP + i)/n)
             q = tl.where((tl.load(FLAGS + 2*i + 1) == 0) | (r1 == 0) | (r2 == 0), 1., tl.minimum(r1/r2, 10.)).to(tl.float32)
         acc1,acc2 = tl.zeros([BLOCK], tl.float32),tl.zeros([BLOCK], tl.float32)
+        nxt = _load_tile(ps, gs, ms, vs, start + tl.arange(0, BLOCK), n, BLOCK, APPLY)
         for t in tl.static_range(TILES):
             idx = start + t*BLOCK + tl.arange(0, BLOCK)
             msk = idx < n
-            p_ptr,m_ptr,v_ptr = _block_ptrs(ps, idx, BLOCK),_block_ptrs(ms, idx, BLOCK),_block_ptrs(vs, idx, BLOCK)
-            p = tl.load(p_ptr, mask=msk, other=0.)
+            p,g,m,v = nxt
+            if t + 1 < TILES: nxt = _load_tile(ps, gs, ms, vs, idx + BLOCK, n, BLOCK, APPLY)  # in flight during this tile's stores
             if DECOUPLE: p = p * (1 - lr*k)
-            if APPLY:
-                m,v = tl.load(m_ptr, mask=msk, other=0.),tl.load(v_ptr, mask=msk, other=0.)
-            else:
-                g = tl.load(_block_ptrs(gs, idx, BLOCK), mask=msk, other=0.)
+            if not APPLY:
                 if not DECOUPLE: g = g + k*p
-                m = tl.load(m_ptr, mask=msk, other=0.)*mom + g*(1-mom)
-                v = tl.load(v_ptr, mask=msk, other=0.)*sqr_mom + g*g*(1-sqr_mom)
-                tl.store(m_ptr, m, mask=msk); tl.store(v_ptr, v, mask=msk)
+                m,v = m*mom + g*(1-mom),v*sqr_mom + g*g*(1-sqr_mom)
+                tl.store(_block_ptrs(ms, idx, BLOCK), m, mask=msk); tl.store(_block_ptrs(vs, idx, BLOCK), v, mask=msk)
             u = tl.div_rn(m/c1, tl.sqrt_rn(v/c2) + eps)
-            if APPLY: tl.store(p_ptr, p - lr*q*u, mask=msk)
+            if APPLY: tl.store(_block_ptrs(ps, idx, BLOCK), p - lr*q*u, mask=msk)
             else: acc1,acc2 = acc1 + p*p,acc2 + u*u
         if not APPLY:
-            tl.store(PART + 2*b, tl.sum(acc1)); tl.store(PART + 2*b + 1, tl.sum(acc2))
+            tl.store(PART + b, tl.sum(acc1)); tl.store(PART + tl.num_programs(0) + b, tl.sum(acc2))
 
 # %% ../nbs/06_optimizer.ipynb #6f074716
 class _Table:
     "Device tables of a group's parameters, gradients and averages for `_lamb_kernel`: addresses, sizes, flags, chunks"
-    BLOCK,TILES,WARPS = 4096,8,16  # a program steps BLOCK*TILES elements of one parameter (bench_lamb.py times shapes)
+    BLOCK,TILES,WARPS = 2048,2,8  # a program steps BLOCK*TILES elements of one parameter (bench_lamb.py times shapes)
     def __init__(self, ps, grads, sts):
         self.block,self.tiles,self.warps = self.BLOCK,self.TILES,self.WARPS
         chunk = self.block*self.tiles
@@ -76,6 +81,7 @@ class _Table:
         tabs['BP'] = torch.repeat_interleave(torch.arange(len(ps), dtype=torch.int32), torch.tensor(nb))
         tabs['BO'] = torch.cat([torch.arange(k, dtype=torch.int64)*chunk for k in nb])
         tabs['ends'] = torch.tensor(nb).cumsum(0) - 1
+        tabs['zero'] = torch.zeros(2, 1, dtype=torch.float64)
         if dev.type == 'cuda': tabs = {k: t.pin_memory() for k,t in tabs.items()}
         self._host = tabs  # alive until the non-blocking copies are done
         for k,t in tabs.items(): setattr(self, k, t.to(dev, non_blocking=True))
@@ -83,13 +89,13 @@ class _Table:
 
     def step(self, lr, wd, mom, sqr_mom, eps, c1, c2, decouple):
         "Both passes: averages and per-program sums, per-parameter sums (float64, in a fixed order), then the update"
-        args = (self.P, self.G, self.M, self.V, self.NUMEL, self.FLAGS, self.BP, self.BO)
+        args,nb = (self.P, self.G, self.M, self.V, self.NUMEL, self.FLAGS, self.BP, self.BO),len(self.BP)
         sc = tuple(float(o) for o in (lr, wd, mom, sqr_mom, c1, c2, eps))
         kw = dict(DECOUPLE=decouple, BLOCK=self.block, TILES=self.tiles, num_warps=self.warps)
-        _lamb_kernel[(len(self.BP),)](*args, self.part, self.part, *sc, APPLY=False, **kw)
-        cs = self.part.view(-1, 2).double().cumsum(0)[self.ends]
-        sums = torch.cat([cs[:1], cs[1:] - cs[:-1]])
-        _lamb_kernel[(len(self.BP),)](*args, self.part, sums, *sc, APPLY=True, **kw)
+        _lamb_kernel[(nb,)](*args, self.part, self.part, 0, *sc, APPLY=False, **kw)
+        cs = self.part.view(2, nb).double().cumsum(1)[:, self.ends]  # rows: a scan along dim 0 of (nb, 2) is sequential in torch
+        sums = torch.diff(cs, dim=1, prepend=self.zero)
+        _lamb_kernel[(nb,)](*args, self.part, sums, sums.shape[1], *sc, APPLY=True, **kw)
 
 # %% ../nbs/06_optimizer.ipynb #f388dae5
 class ForeachLamb(Optimizer):
