@@ -22,7 +22,8 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.optimizer import ForeachLamb, _Table
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=25_000_000)
@@ -36,7 +37,7 @@ assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
 LAYERS = [512, 256]
 
 df = synth_movielens(a.rows, gpu=True)
-to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(a.rows, like=df), y_block=CategoryBlock(), **BENCH_SCHEMA)
+to = synth_tabular(df, splits=random_splits(a.rows, like=df))
 del df
 emb_szs = get_emb_sz(to.train)
 base = TabularModel(emb_szs, len(to.cont_names), 2, LAYERS).cuda()

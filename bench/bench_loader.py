@@ -25,7 +25,8 @@ from fastai_gpu_tabular.backend import to_pandas, gpu_available
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA, BENCH_MH, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=25_000_000)
@@ -50,8 +51,8 @@ with warnings.catch_warnings():
     fto = TabularPandas(pdf, procs=[FCategorify, FFillMissing, FNormalize], splits=[tr.tolist(), va.tolist()], y_block=CategoryBlock(), **sched)
 del pdf
 dsp = random_splits(a.rows, like=df)
-ours = TabularGPU(df.drop(columns=list(BENCH_MH)), procs=[Categorify, FillMissing, Normalize], splits=dsp, y_block=CategoryBlock(), **BENCH_SCHEMA)
-ours_mh = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=dsp, y_block=CategoryBlock(), mh_names=BENCH_MH, **BENCH_SCHEMA)
+ours = synth_tabular(df.drop(columns=list(BENCH_MH)), splits=dsp)
+ours_mh = synth_tabular(df, splits=dsp, mh=True)
 del df
 
 rows, meta = [], dict(bench='loader', n_rows=a.rows, layers=LAYERS, repeats=a.repeats)

@@ -23,7 +23,8 @@ from fastai_gpu_tabular.backend import gpu_available
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=25_000_000)
@@ -59,7 +60,7 @@ def kernel_profile(learn, bs, n, top=8):
     return [(e.key[:90], round(100*e.self_device_time_total/tot, 1), round(e.self_device_time_total/n)) for e in ks], tot/n/1e3
 
 df = synth_movielens(a.rows, gpu=True)
-to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(a.rows, like=df), y_block=CategoryBlock(), **BENCH_SCHEMA)
+to = synth_tabular(df, splits=random_splits(a.rows, like=df))
 del df
 rows, profiles = [], {}
 meta = dict(bench='model', n_rows=a.rows, layers=LAYERS, repeats=a.repeats, precision='bf16', opt='torch Adam(fused=True)')

@@ -16,7 +16,8 @@ from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.backend import to_pandas, gpu_available
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA, BENCH_MH, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=25_000_000)
@@ -31,7 +32,7 @@ tr, va = random_splits(a.rows)
 lists = [tr.tolist(), va.tolist()]
 def ours(d, **kw):
     sp = random_splits(a.rows, like=d)  # made once, on the data's device: fastai gets its lists the same way
-    return lambda: TabularGPU(d, procs=[Categorify, FillMissing, Normalize], splits=sp, y_block=CategoryBlock(), **BENCH_SCHEMA, **kw)
+    return lambda: synth_tabular(d, splits=sp, **kw)
 def fastai():
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')

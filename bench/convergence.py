@@ -22,7 +22,8 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
-from fastai_gpu_tabular.data import synth_movielens, random_splits, movielens_sample, movielens_tabular, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, movielens_sample, movielens_tabular, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 LAMB_CANDIDATES = [(lr, excl) for excl in (False, True) for lr in (2e-3, 5e-3, 1e-2)]  # (base lr, ExcludeEmbeddings)
 SETTINGS = dict(  # (bs, optimizer, epochs, candidate lrs for Adam or (base lr, exclude embeddings) for LAMB); weight decay 0.01 for both
@@ -42,8 +43,7 @@ gpu = gpu_available()
 t0 = time.perf_counter()
 if a.data == 'synth':
     df = synth_movielens(a.rows, gpu=gpu)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(a.rows, valid_pct=0.1, like=df),
-                    y_block=CategoryBlock(), **BENCH_SCHEMA)
+    to = synth_tabular(df, splits=random_splits(a.rows, valid_pct=0.1, like=df))
     del df
 else: to = movielens_tabular(movielens_sample(gpu))
 print(f'{a.data}: {len(to.train):,} training rows, {len(to.valid):,} validation rows, built in {time.perf_counter()-t0:.1f}s', flush=True)

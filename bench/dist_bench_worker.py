@@ -36,7 +36,8 @@ if a.what == 'allreduce':
         res[f'{mb}MB_busbw_GBs'] = round(2 * (world - 1) / world * x.numel() * 4 / dt / 1e9, 1)  # nccl-tests' bus bandwidth
 else:
     from fastai.tabular.all import CategoryBlock, Lamb, ProgressCallback, set_seed, TabularPandas
-    from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+    from fastai_gpu_tabular.data import synth_movielens, BENCH_MH, synth_tabular
+    from fastai_gpu_tabular.tabular import random_splits
     set_seed(0)
     df = synth_movielens(a.rows, gpu=a.what == 'ours')
     tr, va = random_splits(a.rows)
@@ -45,8 +46,7 @@ else:
         from fastai_gpu_tabular.tabular import TabularGPU
         from fastai_gpu_tabular.learner import tabular_learner
         from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings
-        to = TabularGPU(df.drop(columns=list(BENCH_MH)), procs=[Categorify, FillMissing, Normalize], splits=random_splits(a.rows, like=df),
-                        y_block=CategoryBlock(), **BENCH_SCHEMA)
+        to = synth_tabular(df.drop(columns=list(BENCH_MH)), splits=random_splits(a.rows, like=df))
         learn = tabular_learner(to.dataloaders(bs=a.bs, seed=0), layers=[512, 256], opt_func=ForeachLamb)
         learn.add_cb(ExcludeEmbeddings())
         res['setup'] = 'TabularGPU + BatchDataLoader + FastTabularModel, ForeachLamb (fused)'

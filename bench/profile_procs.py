@@ -8,7 +8,8 @@ from common import timed
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, BENCH_MH, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=25_000_000)
@@ -16,7 +17,7 @@ p.add_argument('--top', type=int, default=35)
 a = p.parse_args()
 df = synth_movielens(a.rows).drop(columns=list(BENCH_MH))
 tr, va = random_splits(a.rows)
-build = lambda: TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=(tr, va), y_block=CategoryBlock(), **BENCH_SCHEMA)
+build = lambda: synth_tabular(df, splits=(tr, va))
 med, first, _ = timed(build, 3)
 print(f"build: median {med:.3f}s, first {first:.3f}s")
 pr = cProfile.Profile(); pr.enable(); build(); pr.disable()

@@ -5,14 +5,16 @@
 # %% ../nbs/00_backend.ipynb #4ebb0043
 from __future__ import annotations
 import functools, importlib
+from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.basics import *
 from fastcore.foundation import L
 
 # %% auto #0
-__all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'to_pandas', 'to_backend', 'nans_to_nulls', 'new_frame',
-           'host_list', 'as_index_array', 'take_rows', 'shrink', 'sorted_uniques', 'cat_codes', 'value_counts',
-           'first_mode', 'explode_rows', 'list_column', 'list_values_offsets']
+__all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'read_frame',
+           'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'shrink', 'sorted_uniques',
+           'cat_codes', 'value_counts', 'first_mode', 'explode_rows', 'list_column', 'list_total',
+           'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -37,6 +39,10 @@ def array_lib(o):
     "The array module, `cupy` or `numpy`, matching `o`'s backend"
     return importlib.import_module('cupy') if is_cudf(o) or type(o).__module__.startswith('cupy') else np
 
+def array_lib_for(gpu:bool):
+    "The array module of a backend: `cupy` if `gpu`, else `numpy`"
+    return importlib.import_module('cupy') if gpu else np
+
 # %% ../nbs/00_backend.ipynb #2d3f0990
 def to_pandas(o):
     "`o` as a pandas object (a no-op on pandas)"
@@ -49,6 +55,13 @@ def to_backend(df, gpu:bool|None=None):
     if not gpu_available(): raise ValueError("`gpu=True` needs cuDF and a CUDA device; install the `[gpu]` extra or pass `gpu=False`")
     import cudf
     return df if is_cudf(df) else cudf.from_pandas(df)
+
+def read_frame(path, gpu:bool|None=None):
+    "The .parquet or .csv file `path` read by cuDF if `gpu` (default: when `gpu_available()`), else by pandas"
+    p = Path(path)
+    if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file")
+    lib = importlib.import_module('cudf') if ifnone(gpu, gpu_available()) else pd
+    return (lib.read_parquet if p.suffix=='.parquet' else lib.read_csv)(p)
 
 # %% ../nbs/00_backend.ipynb #c9f4a1bf
 def nans_to_nulls(df):
@@ -97,7 +110,7 @@ def sorted_uniques(s)->list:
         return cupy.unique(s.dropna().values).get().tolist()
     return host_list(s.dropna().drop_duplicates().sort_values())
 
-def _sorted_array(cats, dtype):
+def _sorted_array(cats):
     "`cats` as a numpy array if they are strictly increasing numbers, else None"
     try: a = np.asarray(cats)
     except Exception: return None
@@ -106,14 +119,14 @@ def _sorted_array(cats, dtype):
 
 def cat_codes(s, cats:list):
     "int64 position of each value of `s` in `cats`; -1 where missing or not in `cats`"
-    if _gpu_numeric(s) and len(cats) and (a := _sorted_array(cats, s.dtype)) is not None:
+    if _gpu_numeric(s) and len(cats) and (a := _sorted_array(cats)) is not None:
         import cupy
         c,na = cupy.asarray(a),s.isna().values
         v = (s.fillna(a[0]) if s.has_nulls else s).values
         i = cupy.searchsorted(c, v).clip(0, len(c)-1)
         return df_lib(s).Series(cupy.where((c[i]==v) & ~na, i, -1).astype(np.int64), index=s.index, name=s.name)
-    c = s.astype(df_lib(s).CategoricalDtype(categories=cats)).cat.codes
-    return c.fillna(-1).astype('int64') if is_cudf(s) else c.astype('int64')
+    if is_cudf(s): return s.astype(df_lib(s).CategoricalDtype(categories=cats)).cat.codes.fillna(-1).astype('int64')
+    return pd.Series(pd.Index(cats).get_indexer(s), index=s.index, name=s.name, dtype='int64')
 
 # %% ../nbs/00_backend.ipynb #eea1fa12
 def value_counts(s)->pd.Series:
@@ -161,6 +174,10 @@ def list_column(values, offsets, like):
     res = cudf.Series.from_pylibcudf(col)
     res.index,res.name = like.index,like.name
     return res
+
+def list_total(s)->int:
+    "Number of elements in list column `s`, all rows together"
+    return int(s.list.len().sum()) if is_cudf(s) else int(s.map(len).sum())
 
 def list_values_offsets(s):
     "(values, offsets) of list column `s`, on its device: row `i` is `values[offsets[i]:offsets[i+1]]`"

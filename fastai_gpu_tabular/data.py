@@ -5,7 +5,7 @@
 # %% ../nbs/03_data.ipynb #8b85801b
 from __future__ import annotations
 import time
-import numpy as np, pandas as pd
+import numpy as np
 from fastcore.all import *
 from fastai.data.block import CategoryBlock
 from .backend import *
@@ -13,8 +13,8 @@ from .procs import *
 from .tabular import *
 
 # %% auto #0
-__all__ = ['GENRES', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'random_splits', 'movielens_sample',
-           'movielens_tabular', 'main']
+__all__ = ['GENRES', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'movielens_sample', 'movielens_tabular',
+           'synth_tabular', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -39,7 +39,7 @@ def synth_movielens(
 ):
     "MovieLens-shaped ratings with a known signal: userId, movieId, hour, genres, days, year, target"
     gpu = ifnone(gpu, gpu_available())
-    xp = array_lib(new_frame({'a':[0]}, gpu=gpu))
+    xp = array_lib_for(gpu)
     rs,hrs = xp.random.RandomState(seed),np.random.RandomState(seed)
     f32 = lambda a: xp.asarray(a, dtype=np.float32)
     U = f32(rs.standard_normal((n_users, n_factors)) * n_factors**-0.25)
@@ -60,14 +60,6 @@ def synth_movielens(
     return new_frame({'userId': user, 'movieId': item, 'hour': hour.astype(np.int8),
                       'genres': names.take(item).reset_index(drop=True), 'days': days, 'year': yr,
                       'target': (logit > 0).astype(np.int8)}, gpu=gpu)
-
-# %% ../nbs/03_data.ipynb #e95babed
-def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like=None)->tuple:
-    "(train, valid) row positions: a random `valid_pct` of `n` rows for validation, on `like`'s device if given"
-    perm = np.random.RandomState(seed).permutation(n)
-    cut = int(valid_pct*n)
-    res = np.sort(perm[cut:]), np.sort(perm[:cut])
-    return res if like is None else tuple(as_index_array(o, like) for o in res)
 
 # %% ../nbs/03_data.ipynb #772ceec4
 # tuples: fastai's `TabularPandas` appends `_na` columns to the `cat_names` list it is given
@@ -90,6 +82,16 @@ def movielens_tabular(df=None, procs=(Categorify, FillMissing, Normalize), valid
     df = ifnone(df, movielens_sample(gpu_available()))
     return TabularGPU(df, procs=list(procs), splits=random_splits(len(df), valid_pct, seed), y_block=CategoryBlock(), **ML_SCHEMA, **kwargs)
 
+def synth_tabular(df=None, # `synth_movielens` rows (default: 1M of them, on the GPU where there is one)
+    procs=(Categorify, FillMissing, Normalize), splits=None, # Default: `random_splits` of `valid_pct` with `seed`
+    mh:bool=False, # Use the genres as a multi-hot column
+    valid_pct:float=0.2, seed:int=42, **kwargs):
+    "`TabularGPU` of synthetic ratings with the benchmark schema: the one recipe of the benchmarks, tests and examples"
+    df = ifnone(df, synth_movielens())
+    splits = ifnone(splits, random_splits(len(df), valid_pct, seed))
+    return TabularGPU(df, procs=list(procs), splits=splits, y_block=CategoryBlock(), mh_names=BENCH_MH if mh else (),
+                      **BENCH_SCHEMA, **kwargs)
+
 # %% ../nbs/03_data.ipynb #6f946626
 @call_parse
 def main(
@@ -103,8 +105,7 @@ def main(
     t0 = time.perf_counter()
     df = movielens_sample(gpu) if data=='movielens' else synth_movielens(rows, gpu=gpu)
     t1 = time.perf_counter()
-    to = movielens_tabular(df) if data=='movielens' else TabularGPU(df, procs=[Categorify, FillMissing, Normalize],
-            splits=random_splits(len(df)), y_block=CategoryBlock(), mh_names=BENCH_MH, **BENCH_SCHEMA)
+    to = movielens_tabular(df) if data=='movielens' else synth_tabular(df, mh=True)
     t2 = time.perf_counter()
     print(f"backend: {'cuDF (GPU)' if gpu else 'pandas (CPU)'}; data: {data}, {len(df):,} rows, loaded in {t1-t0:.2f}s")
     print(f"procs (Categorify, FillMissing, Normalize) fitted on {len(to.train):,} rows, applied to {len(to):,}: {t2-t1:.2f}s")

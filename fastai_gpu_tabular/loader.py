@@ -6,13 +6,12 @@
 from __future__ import annotations
 import os, random
 from fastai.torch_basics import *
-from fastai.data.core import TfmdDL, DataLoaders
-from fastai.data.block import TransformBlock, CategoryBlock, RegressionBlock
+from fastai.data.core import TfmdDL
 from fastai.tabular.core import ReadTabBatch
 from fastai.tabular.data import TabularDataLoaders
 from .backend import *
 from .tabular import *
-from .data import random_splits
+from .comm import rank_world
 from fastai.data.transforms import Categorize
 
 # %% auto #0
@@ -27,7 +26,9 @@ def col_tensor(s)->Tensor:
 def _block(df, names, dtype):
     "Columns `names` of `df` as one contiguous (rows, columns) tensor on `df`'s device: a single copy"
     if not len(names): return torch.zeros(len(df), 0, dtype=dtype, device='cuda' if is_cudf(df) else 'cpu')
-    if not is_cudf(df): return torch.from_numpy(np.stack([df[n].to_numpy({torch.int64: np.int64, torch.float32: np.float32}[dtype]) for n in names], 1))
+    if not is_cudf(df):
+        np_dtype = {torch.int64: np.int64, torch.float32: np.float32}[dtype]
+        return torch.from_numpy(np.stack([df[n].to_numpy(np_dtype) for n in names], 1))
     return torch.stack([col_tensor(df[n]).to(dtype) for n in names], 1)
 
 def _move(t, device, pin):
@@ -77,7 +78,8 @@ def share_gpu_memory(
     if torch.cuda.is_initialized(): raise RuntimeError("`share_gpu_memory()` must run before torch uses the GPU: call it first "
                                                      "in the script (or first in the function `notebook_launcher` starts)")
     try: import rmm
-    except ImportError: raise ImportError("`share_gpu_memory` needs RMM, which comes with cuDF: `pip install fastai_gpu_tabular[gpu]`") from None
+    except ImportError:
+        raise ImportError("`share_gpu_memory` needs RMM, which comes with cuDF: `pip install fastai_gpu_tabular[gpu]`") from None
     from rmm.allocators.torch import rmm_torch_allocator
     rmm.reinitialize(pool_allocator=pool)
     torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
@@ -107,12 +109,6 @@ def bag_width(offsets:Tensor)->int:
     return int((offsets[1:]-offsets[:-1]).max()) if len(offsets) > 1 else 0
 
 # %% ../nbs/04_loader.ipynb #8c59cfe3
-def _dist_rank_world(rank, world_size):
-    if rank is not None and world_size is not None: return rank, world_size
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return ifnone(rank, torch.distributed.get_rank()), ifnone(world_size, torch.distributed.get_world_size())
-    return ifnone(rank, 0), ifnone(world_size, 1)
-
 class ReadTabBatchGPU(ReadTabBatch):
     "Batches are already tensors; decodes them back to a `TabularGPU` on pandas, for `show_batch` and `predict`"
     def encodes(self, o): return o
@@ -153,7 +149,7 @@ class BatchDataLoader(TfmdDL):
             raise ValueError(f"`mh_width` must be None, 'max' or a number of codes, not {mh_width!r}")
         self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
         self.skip = 0  # batches of the next epoch to leave out (resuming mid-epoch), then back to 0
-        self.rank,self.world_size = _dist_rank_world(rank, world_size)
+        self.rank,self.world_size = rank_world(rank, world_size)
         after_batch = ReadTabBatchGPU(dataset) if after_batch is None else after_batch
         kwargs.pop('num_workers', None)
         super().__init__(dataset, bs=bs, shuffle=shuffle, drop_last=drop_last, after_batch=after_batch, num_workers=0, **kwargs)
@@ -164,12 +160,14 @@ class BatchDataLoader(TfmdDL):
     def device(self, d): self._device = None if d is None else torch.device(d)
 
     def tensors(self)->TabTensors:
-        "The dataset's tensors on this loader's device (made once per dataset and device, then shared by `new` loaders)"
-        cache = self.dataset.__dict__.setdefault('_tensors', {})
-        key = ('host', self.device) if self.host else self.device or torch.device('cpu')
+        "The dataset's tensors for this loader: made once per dataset, placement (resident or host) and device, shared by `new` loaders"
+        cache,dev = self.dataset.__dict__.setdefault('_tensors', {}),self.device or torch.device('cpu')
+        key = ('host' if self.host else 'resident', dev)  # host: pinned host memory, each batch copied to `dev`
         if key not in cache:
-            other = next((t for k,t in cache.items() if not isinstance(k, tuple)), None)
-            cache[key] = other.to(key) if other is not None and not self.host else TabTensors(self.dataset, key if not self.host else self.device or 'cpu', self.host)
+            resident = next((t for (kind,_),t in cache.items() if kind=='resident'), None)
+            if self.host: cache[key] = TabTensors(self.dataset, dev, host=True)
+            elif resident is not None: cache[key] = resident.to(dev)  # a copy of tensors made for another device
+            else: cache[key] = TabTensors(self.dataset, dev)
         return cache[key]
 
     def __len__(self):
@@ -196,7 +194,9 @@ class BatchDataLoader(TfmdDL):
         "The batch of rows `idx`: (cats, conts[, multi-hot], ys) gathered from the tensors `t` (default: `tensors()`)"
         t = ifnone(t, self.tensors())
         b = (t.cats[idx], t.conts[idx])
-        if t.mh: b += (tuple(bag_batch(*vo, idx) if w is None else bag_batch_padded(*vo, idx, w) for vo,w in zip(t.mh.values(), self.mh_widths(t))),)
+        if t.mh:
+            bags = zip(t.mh.values(), self.mh_widths(t))
+            b += (tuple(bag_batch(*vo, idx) if w is None else bag_batch_padded(*vo, idx, w) for vo,w in bags),)
         if t.ys is not None: b += (t.ys[idx],)
         return b
 
@@ -207,7 +207,8 @@ class BatchDataLoader(TfmdDL):
             longest = {m: bag_width(o) for m,(v,o) in ifnone(t, self.tensors()).mh.items()}
             for m,n in longest.items():
                 if self.mh_width!='max' and n > self.mh_width: raise ValueError(
-                    f"multi-hot column {m!r} has rows of {n} codes, more than `mh_width`={self.mh_width}: pass `mh_width='max'` or at least {n}")
+                    f"multi-hot column {m!r} has rows of {n} codes, more than `mh_width`={self.mh_width}: "
+                    f"pass `mh_width='max'` or at least {n}")
             self._mh_widths = [n if self.mh_width=='max' else self.mh_width for n in longest.values()]
         return self._mh_widths
 
@@ -248,14 +249,6 @@ def _prefetch(batches, device):
         apply(lambda t: t.record_stream(torch.cuda.current_stream(device)), nb)
         pending = nb
     if pending is not None: yield pending
-
-# %% ../nbs/04_loader.ipynb #19de4580
-TabularGPU._dl_type,TabularGPU._dbunch_type = BatchDataLoader,TabularDataLoaders
-
-@patch
-def __getstate__(self:TabularGPU):
-    "Pickle without the tensors cached for the loaders"
-    return {k:v for k,v in self.__dict__.items() if k != '_tensors'}
 
 # %% ../nbs/04_loader.ipynb #ace9e534
 @patch(cls_method=True)

@@ -124,5 +124,6 @@ class FastTabularModel(TabularModelMH):
         dense = [bag_embed(b, v, o) for b,(v,o) in zip(self.bags, x_mh)]
         if self.n_cont != 0: dense.append(x_cont if self.bn_cont is None else self.bn_cont(x_cont))
         x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
-        if self.training and self.emb_drop.p > 0 and self.n_emb: x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)  # fastai's dropout mask
+        if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
+            x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
         return self.layers(x)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math
 from fastai.torch_basics import *
-from fastai.optimizer import Optimizer, Lamb, Adam
+from fastai.optimizer import Optimizer
 from fastai.callback.core import Callback
 from fastai.learner import Learner
 from fastai.callback.schedule import *
@@ -111,7 +111,8 @@ class ForeachLamb(Optimizer):
         fused:bool|None=None, # Two Triton kernels per group (default: where possible: CUDA, Triton, dense float32), else foreach
     ):
         super().__init__(params, [noop], lr=lr, mom=mom, sqr_mom=sqr_mom, eps=eps, wd=wd)
-        if fused and triton is None: raise ValueError("`fused=True` needs Triton (installed with CUDA builds of PyTorch): pass `fused=None`")
+        if fused and triton is None:
+            raise ValueError("`fused=True` needs Triton (installed with CUDA builds of PyTorch): pass `fused=None`")
         self.decouple_wd,self.fused,self._tables = decouple_wd,fused,{}
 
     def zero_grad(self):
@@ -135,7 +136,8 @@ class ForeachLamb(Optimizer):
         "Can group `i` step in the kernels? Its tables are current (same tensors and flags), or it qualifies and gets new ones"
         if self.fused is False or triton is None: return False
         grads = [p.grad for p in ps]
-        key = tuple(t.data_ptr() for t in ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]) + tuple((s.get('do_wd', True), s.get('layer_adapt', True)) for s in sts)
+        tensors = ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]
+        key = tuple(t.data_ptr() for t in tensors) + tuple((s.get('do_wd', True), s.get('layer_adapt', True)) for s in sts)
         if self._tables.get(i, (None,))[0] == key: return True
         if not self._can_fuse(ps, sts): return False
         self._tables[i] = (key, _Table(ps, grads, sts))  # rebuilt when a tensor moved: new gradients, loaded state
@@ -144,9 +146,11 @@ class ForeachLamb(Optimizer):
     def _can_fuse(self, ps, sts):
         "Do the kernels' conditions hold for `ps`? (With `fused=True`, an error if not)"
         ok = all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() and not p.grad.is_sparse and p.grad.dtype == torch.float32
-                 and p.grad.is_contiguous() and s['step'] == sts[0]['step'] and all(t.data_ptr() % 16 == 0 for t in (p, p.grad, s['grad_avg'], s['sqr_avg']))
+                 and p.grad.is_contiguous() and s['step'] == sts[0]['step']
+                 and all(t.data_ptr() % 16 == 0 for t in (p, p.grad, s['grad_avg'], s['sqr_avg']))
                  for p,s in zip(ps,sts))
-        if self.fused and not ok: raise ValueError("`fused=True` needs dense, contiguous, 16-byte aligned float32 CUDA parameters and gradients at the same step")
+        if self.fused and not ok:
+            raise ValueError("`fused=True` needs dense, contiguous, 16-byte aligned float32 CUDA parameters and gradients at the same step")
         return ok
 
     def _fused_step(self, i, sts, h):
@@ -178,7 +182,8 @@ class ForeachLamb(Optimizer):
 class ExcludeEmbeddings(Callback):
     "Step `nn.Embedding` and `nn.EmbeddingBag` parameters without LAMB's trust ratio (`ForeachLamb`'s `layer_adapt` state)"
     def before_fit(self):
-        if not isinstance(self.opt, ForeachLamb): raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")
+        if not isinstance(self.opt, ForeachLamb):
+            raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")
         for m in self.model.modules():
             if isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
                 for p in m.parameters(): self.opt.state[p]['layer_adapt'] = False

@@ -4,12 +4,12 @@
 
 # %% ../nbs/01_procs.ipynb #46c0071d
 from __future__ import annotations
-from fastai.tabular.core import Tabular, TabularProc, CategoryMap, Categorize
+from fastai.tabular.core import Tabular, CategoryMap, Categorize
 from fastai.tabular.core import Categorify as _FaiCategorify, FillMissing as _FaiFillMissing
 from fastai.data.transforms import Normalize as _FaiNormalize
 from fastcore.basics import *
 from fastcore.foundation import L
-import numpy as np, pandas as pd
+import numpy as np
 from collections import defaultdict
 from .backend import *
 

@@ -6,19 +6,12 @@
 from __future__ import annotations
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
+from .comm import distributed, dist_device, sum_ranks
 
 # %% auto #0
-__all__ = ['distributed', 'dist_device', 'DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync']
+__all__ = ['DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync']
 
 # %% ../nbs/04a_recorder.ipynb #6f07033b
-def distributed()->bool:
-    "True inside a torch.distributed process group of more than one rank"
-    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
-
-def dist_device()->torch.device:
-    "The device this rank's collectives use: its GPU under NCCL, else the CPU"
-    return torch.device('cuda', torch.cuda.current_device()) if torch.distributed.get_backend()=='nccl' else torch.device('cpu')
-
 class DeviceAvgLoss(AvgLoss):
     "fastai's `AvgLoss`, accumulated on the loss's device; across ranks, the mean over every rank's rows"
     def accumulate(self, learn):
@@ -31,8 +24,8 @@ class DeviceAvgLoss(AvgLoss):
     def value(self):
         if not distributed(): return self.total/self.count if self.count != 0 else None
         t = torch.tensor([float(self.count), 0.], device=dist_device())
-        t[1:] = self.total  # one all-reduce of (rows, loss sum) at the end of validation
-        torch.distributed.all_reduce(t)
+        t[1:] = self.total
+        t = sum_ranks(t)  # one all-reduce of (rows, loss sum) at the end of validation
         return t[1]/t[0] if t[0] else None
 
 class DeviceSmoothLoss(AvgSmoothLoss):
@@ -102,21 +95,6 @@ def record_on_device(self:Learner,
     self.remove_cb(old)
     return self.add_cb(DeviceRecorder(add_time=old.add_time, train_metrics=old.train_metrics, valid_metrics=old.valid_metrics,
                                       beta=old.smooth_loss.beta, show_every=show_every))
-
-# %% ../nbs/04a_recorder.ipynb #a76ad92c
-_fai_contiguous = BaseLoss._contiguous
-
-@patch
-def _contiguous(self:BaseLoss, x):
-    "fastai's, but a plain `Tensor` once the loss is marked `plain` (`Learner.plain_loss`)"
-    if not getattr(self, 'plain', False): return _fai_contiguous(self, x)
-    return x.transpose(self.axis,-1).contiguous().as_subclass(Tensor) if isinstance(x, Tensor) else x
-
-@patch
-def plain_loss(self:Learner):
-    "Give `self` a copy of its `BaseLoss` computing on plain tensors (no `TensorBase` overhead); other losses are left alone"
-    if isinstance(self.loss_func, BaseLoss): self.loss_func = copy(self.loss_func); self.loss_func.plain = True
-    return self
 
 # %% ../nbs/04a_recorder.ipynb #ffa3197d
 class CheckNoSync(Callback):

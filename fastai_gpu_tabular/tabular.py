@@ -9,6 +9,7 @@ from pathlib import Path
 from fastai.tabular.core import *
 from fastai.tabular.core import Pipeline, CollBase, CategoryMap, display_df
 from fastai.tabular.core import Categorify as _FaiCategorify, FillMissing as _FaiFillMissing
+from fastai.tabular.data import TabularDataLoaders
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, RegressionSetup, Normalize as _FaiNormalize
 from fastcore.all import *
@@ -17,7 +18,7 @@ from .backend import *
 from .procs import *
 
 # %% auto #0
-__all__ = ['check_names', 'TabularGPU', 'save_procs', 'load_procs']
+__all__ = ['check_names', 'random_splits', 'TabularGPU', 'save_procs', 'load_procs']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
 def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y=True, check_types=True):
@@ -47,9 +48,24 @@ def _our_proc(p):
     if isinstance(p, type): return _ours.get(p, p)
     return _ours[type(p)]() if type(p) in _ours and type(p)!=_FaiFillMissing else p
 
+# %% ../nbs/02_tabular.ipynb #e95babed
+def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like=None)->tuple:
+    "(train, valid) row positions: a random `valid_pct` of `n` rows for validation, on `like`'s device if given"
+    perm = np.random.RandomState(seed).permutation(n)
+    cut = int(valid_pct*n)
+    res = np.sort(perm[cut:]), np.sort(perm[:cut])
+    return res if like is None else tuple(as_index_array(o, like) for o in res)
+
 # %% ../nbs/02_tabular.ipynb #90f641ab
+class _LoaderType:
+    "`TabularGPU._dl_type`: the `BatchDataLoader`, looked up when first used (the loader module imports this one)"
+    def __get__(self, obj, cls):
+        from fastai_gpu_tabular.loader import BatchDataLoader
+        return BatchDataLoader
+
 class TabularGPU(TabularPandas):
     "A `TabularPandas` over a cuDF or pandas frame, with multi-hot columns `mh_names`"
+    _dl_type,_dbunch_type = _LoaderType(),TabularDataLoaders
     def __init__(self,
         df, # cuDF or pandas DataFrame; cuDF runs the procs on the GPU
         procs=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
@@ -116,9 +132,11 @@ class TabularGPU(TabularPandas):
     def to_pandas(self):
         "This `TabularGPU` with its frame on pandas"
         return self.new(to_pandas(self.items))
+    def __getstate__(self):
+        "Pickle without the tensors cached for the loaders"
+        return {k:v for k,v in self.__dict__.items() if k != '_tensors'}
 
 properties(TabularGPU, 'all_col_names')
-TabularGPU._dl_type = TabDataLoader
 
 # %% ../nbs/02_tabular.ipynb #91931570
 @Categorize

@@ -10,7 +10,7 @@ from fastai.tabular.all import CategoryBlock, RocAucBinary, Callback, set_seed, 
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.backend import gpu_available
 from fastai_gpu_tabular.distributed import use_rank_gpu
 
@@ -20,7 +20,7 @@ if gpu: use_rank_gpu()
 set_seed(0)
 n = 10_007  # 8,006 training and 2,001 validation rows: the last validation batch does not split evenly
 df = synth_movielens(n, n_users=300, n_items=100, gpu=gpu and gpu_available())
-to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(), **BENCH_SCHEMA)
+to = synth_tabular(df)
 dls = to.dataloaders(bs=500, device=state.device)  # no seed: each rank draws its own, and rank 0's must win
 
 class Seen(Callback):

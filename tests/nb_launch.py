@@ -12,13 +12,12 @@ def train(out):
     from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
     from fastai_gpu_tabular.tabular import TabularGPU
     from fastai_gpu_tabular.learner import tabular_learner
-    from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+    from fastai_gpu_tabular.data import synth_movielens, synth_tabular
     from fastai_gpu_tabular.distributed import use_rank_gpu
     device = use_rank_gpu()
     set_seed(0)
     n = 10_007
-    to = TabularGPU(synth_movielens(n, n_users=300, n_items=100, gpu=True), procs=[Categorify, FillMissing, Normalize],
-                    splits=random_splits(n), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    to = synth_tabular(synth_movielens(n, n_users=300, n_items=100, gpu=True))
     class Seen(Callback):
         def before_train(self): self.rows, self.dev = torch.cat(self.dl.batch_idxs(self.dl.order())).tolist(), str(self.dl.device)
     seen = Seen()

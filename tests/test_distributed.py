@@ -8,7 +8,7 @@ from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback, se
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 
 ROOT = Path(__file__).parent.parent
 
@@ -46,7 +46,7 @@ def test_two_ranks_shard_train_and_gather_validation_exactly(tmp_path):
     set_seed(0)
     n = 10_007
     df = synth_movielens(n, n_users=300, n_items=100, gpu=False)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    to = synth_tabular(df)
     learn = tabular_learner(to.dataloaders(bs=500, device='cpu'), layers=[32, 16], metrics=RocAucBinary(),
                             config=tabular_config(use_bn=False, bn_cont=False))
     learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))

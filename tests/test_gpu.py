@@ -5,7 +5,8 @@ from fastai.data.block import CategoryBlock, RegressionBlock
 from fastai_gpu_tabular.backend import *
 from fastai_gpu_tabular.procs import Categorify, FillMissing, FillStrategy, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, save_procs
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH, main
+from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA, BENCH_MH, main
+from fastai_gpu_tabular.tabular import random_splits
 from frames import frames, usable, CAT, CONT, MH
 
 pytestmark = pytest.mark.gpu

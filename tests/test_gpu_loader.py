@@ -8,14 +8,14 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.loader import BatchDataLoader, TabTensors, col_tensor
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 pytestmark = pytest.mark.gpu
 
 def both(n=50_000):
     df = synth_movielens(n, n_users=2_000, n_items=1_000, gpu=True)
-    mk = lambda d: TabularGPU(d, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(),
-                              mh_names=BENCH_MH, **BENCH_SCHEMA)
+    mk = lambda d: synth_tabular(d, mh=True)
     return mk(to_pandas(df)), mk(df)
 
 def test_dlpack_is_zero_copy():
@@ -98,9 +98,9 @@ del x
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 df = synth_movielens(50_000, n_users=2_000, n_items=1_000, gpu=True)
-to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(50_000), y_block=CategoryBlock(), **BENCH_SCHEMA)
+to = synth_tabular(df)
 learn = tabular_learner(to.dataloaders(bs=1024, seed=0), layers=[64, 32])
 with learn.no_bar(): learn.fit(1, 1e-3)
 assert next(learn.model.parameters()).is_cuda and 0 < learn.recorder.values[-1][1] < 1  # trained, finite validation loss

@@ -8,7 +8,7 @@ from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.model import FastTabularModel, FastBatchNorm1d
 from fastai_gpu_tabular.recorder import CheckNoSync
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 
 pytestmark = pytest.mark.gpu
 EMB = [(5000, 600), (3000, 600), (25, 10), (3, 3)]  # the MovieLens-25M widths (1,215 input columns), smaller tables
@@ -52,7 +52,7 @@ def test_equals_fastai_model_bf16_autocast():
 def test_trained_auc_equals_fastai_model_bf16():
     n = 400_000
     df = synth_movielens(n, n_users=20_000, n_items=5_000, gpu=True)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    to = synth_tabular(df)
     aucs = []
     for fast in (True, False):
         set_seed(0)
@@ -65,8 +65,7 @@ def test_trained_auc_equals_fastai_model_bf16():
 def test_padded_multi_hot_training_has_no_host_sync(precision):
     n = 100_000
     df = synth_movielens(n, n_users=3_000, n_items=1_000, gpu=True)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(),
-                    mh_names=BENCH_MH, **BENCH_SCHEMA)
+    to = synth_tabular(df, mh=True)
     set_seed(0)
     learn = tabular_learner(to.dataloaders(bs=2048, seed=0, mh_width='max'), layers=[128, 64], metrics=RocAucBinary())
     if precision == 'bf16': learn.to_bf16()

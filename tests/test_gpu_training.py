@@ -9,15 +9,14 @@ from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings
 from fastai_gpu_tabular.recorder import CheckNoSync, DeviceRecorder
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, BENCH_MH, synth_tabular
 
 pytestmark = pytest.mark.gpu
 
 def learner(mh=False, opt_func=ForeachLamb, bs=2048, n=100_000):
     set_seed(0)
     df = synth_movielens(n, n_users=3_000, n_items=1_000, gpu=True)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(),
-                    mh_names=BENCH_MH if mh else (), **BENCH_SCHEMA)
+    to = synth_tabular(df, mh=mh)
     learn = tabular_learner(to.dataloaders(bs=bs, seed=0), layers=[128, 64], opt_func=opt_func, metrics=RocAucBinary())
     return learn
 

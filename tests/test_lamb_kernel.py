@@ -9,7 +9,7 @@ pytest.importorskip('triton')
 SCRIPT = r'''
 import torch
 from torch import nn
-from fastai.optimizer import Lamb
+from fastai.optimizer import Lamb, Adam
 import fastai_gpu_tabular.optimizer as O
 from test_optimizer import trained
 O._Table.BLOCK, O._Table.TILES = 64, 2  # several programs per parameter, and parameters smaller than a tile
@@ -34,7 +34,7 @@ def no_adapt(ps, **kw):  # no trust ratio anywhere: fastai's Adam
     opt = O.ForeachLamb(ps, **kw)
     for p, *_ in opt.all_params(): opt.state[p]['layer_adapt'] = False
     return opt
-for a, b in zip(run(no_adapt, wd=0.01), run(O.Adam, wd=0.01)): torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+for a, b in zip(run(no_adapt, wd=0.01), run(Adam, wd=0.01)): torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 print('ok', calls)
 '''
 

@@ -9,7 +9,8 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.loader import BatchDataLoader
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 def rows_frame(n, seed=0):
     rng = np.random.default_rng(seed)
@@ -100,8 +101,7 @@ def synth_dls(n, shuffle_labels=False, bs=512):
     df = synth_movielens(n, n_users=500, n_items=300, gpu=False)
     if shuffle_labels: df['target'] = df['target'].sample(frac=1, random_state=0).to_numpy()
     splits = random_splits(n)
-    return df, splits, TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=splits, y_block=CategoryBlock(),
-                                  **BENCH_SCHEMA).dataloaders(bs=bs, seed=0, device='cpu')
+    return df, splits, synth_tabular(df, splits=splits).dataloaders(bs=bs, seed=0, device='cpu')
 
 def valid_auc(learn):
     p, t = learn.get_preds()

@@ -5,12 +5,11 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.model import FastTabularModel, TabularModelMH
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 
 def tabular(n=60_000, mh=False):
     df = synth_movielens(n, n_users=2_000, n_items=500, gpu=False)
-    return TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(n), y_block=CategoryBlock(),
-                      mh_names=BENCH_MH if mh else (), **BENCH_SCHEMA)
+    return synth_tabular(df, mh=mh)
 
 def learner(to, fast, **kw):
     set_seed(0)

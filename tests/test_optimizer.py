@@ -5,7 +5,7 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.optimizer import ForeachLamb
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 
 class StopAfter(Callback):
     def __init__(self, n): self.n = n
@@ -15,7 +15,7 @@ class StopAfter(Callback):
 def trained(opt_func, wd, wd_bn_bias, n=3, device='cpu'):
     set_seed(0)
     df = synth_movielens(5_000, n_users=300, n_items=200, gpu=device != 'cpu')
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df)), y_block=CategoryBlock(), **BENCH_SCHEMA)
+    to = synth_tabular(df)
     learn = tabular_learner(to.dataloaders(bs=256, seed=0, device=device), layers=[32, 16], opt_func=opt_func, wd=wd, wd_bn_bias=wd_bn_bias)
     learn.remove_cb(ProgressCallback)
     learn.fit_one_cycle(1, 1e-2, cbs=StopAfter(n))

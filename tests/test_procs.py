@@ -5,7 +5,8 @@ from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.backend import explode_rows, list_values_offsets
 from fastai_gpu_tabular.procs import Categorify, FillMissing, FillStrategy, Normalize, RARE, UNSEEN
 from fastai_gpu_tabular.tabular import TabularGPU, save_procs, load_procs
-from fastai_gpu_tabular.data import synth_movielens, random_splits, BENCH_SCHEMA, BENCH_MH
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai_gpu_tabular.tabular import random_splits
 
 def tab(df, procs, n_train=None, **kw):
     n_train = len(df) if n_train is None else n_train
@@ -83,8 +84,7 @@ def test_unseen_target_label_is_an_error():
 
 def test_saved_state_round_trip_and_pickle(tmp_path):
     df = synth_movielens(5_000, n_users=3_000, gpu=False)
-    to = TabularGPU(df, procs=[Categorify(max_size=500, unseen=True), FillMissing, Normalize], splits=random_splits(len(df)),
-                    y_block=CategoryBlock(), mh_names=BENCH_MH, **BENCH_SCHEMA)
+    to = synth_tabular(df, procs=[Categorify(max_size=500, unseen=True), FillMissing, Normalize], mh=True)
     save_procs(to, tmp_path, parquet_min=100)
     assert list(tmp_path.glob('*.parquet')) and b'pickle' not in (tmp_path/'procs.json').read_bytes()
     again = TabularGPU.from_saved(df.iloc[random_splits(len(df))[0]].reset_index(drop=True), tmp_path)
