@@ -12,9 +12,9 @@ from fastcore.foundation import L
 
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'read_frame',
-           'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'shrink', 'sorted_uniques',
-           'cat_codes', 'value_counts', 'first_mode', 'explode_rows', 'list_column', 'list_total',
-           'list_values_offsets']
+           'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'shrink', 'value_key',
+           'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_rows', 'list_column',
+           'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -96,19 +96,30 @@ def shrink(df, skip=()):
     lo,hi = to_pandas(df[cols].min()),to_pandas(df[cols].max())
     types = {'i': (np.int8, np.int16, np.int32, np.int64), 'u': (np.int8, np.int16, np.int32, np.int64), 'f': (np.float32, np.float64)}
     info = lambda t: np.iinfo(t) if np.dtype(t).kind=='i' else np.finfo(t)
-    new = {c: next(t for t in types[df[c].dtype.kind] if info(t).min <= lo[c] and hi[c] <= info(t).max) for c in cols
-           if lo[c]==lo[c]}
-    return df.astype({c: t for c,t in new.items() if np.dtype(t) != df[c].dtype})
+    def smallest(c):
+        "The smallest type of `c`'s kind holding its range (nullable if `c` is), None if none does (all missing, ±inf)"
+        if pd.isna(lo[c]): return None
+        t = next((t for t in types[df[c].dtype.kind] if info(t).min <= lo[c] and hi[c] <= info(t).max), None)
+        if t is None or not isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype): return t
+        return pd.api.types.pandas_dtype(np.dtype(t).name.capitalize())  # pandas' nullable Int64 with <NA>: Int8, ...
+    new = {c: t for c in cols if (t := smallest(c)) is not None}
+    return df.astype({c: t for c,t in new.items() if pd.api.types.pandas_dtype(t) != df[c].dtype})
 
 # %% ../nbs/00_backend.ipynb #d99e043a
 def _gpu_numeric(s)->bool: return is_cudf(s) and s.dtype.kind in 'biuf'
 
+def value_key(vals):
+    "Sort key for host values `vals`: the value itself, or (is a string, value) when numbers and strings mix"
+    return (lambda v: v) if len({isinstance(v, str) for v in vals}) < 2 else (lambda v: (isinstance(v, str), v))
+
 def sorted_uniques(s)->list:
-    "Sorted distinct non-missing values of `s`, as a host list (sorted on `s`'s device)"
+    "Sorted distinct non-missing values of `s`, as a host list (sorted on `s`'s device; numbers before strings if mixed)"
     if _gpu_numeric(s):
         import cupy
         return cupy.unique(s.dropna().values).get().tolist()
-    return host_list(s.dropna().drop_duplicates().sort_values())
+    u = s.dropna().drop_duplicates()
+    try: return host_list(u.sort_values())
+    except TypeError: u = host_list(u); return sorted(u, key=value_key(u))
 
 def _sorted_array(cats):
     "`cats` as a numpy array if they are strictly increasing numbers, else None"
@@ -127,6 +138,15 @@ def cat_codes(s, cats:list):
         return df_lib(s).Series(cupy.where((c[i]==v) & ~na, i, -1).astype(np.int64), index=s.index, name=s.name)
     if is_cudf(s): return s.astype(df_lib(s).CategoricalDtype(categories=cats)).cat.codes.fillna(-1).astype('int64')
     return pd.Series(pd.Index(cats).get_indexer(s), index=s.index, name=s.name, dtype='int64')
+
+def as_kind(s, kind:str):
+    "`s` as numbers (`kind='num'`) or strings (`'str'`), missing values kept; None if some value does not convert"
+    if kind == 'num':
+        r = df_lib(s).to_numeric(s, errors='coerce')
+        return r if int(r.isna().sum()) == int(s.isna().sum()) else None
+    if s.dtype.kind == 'f' and bool(((s % 1 == 0) | s.isna()).all()):  # whole floats (ints with missing values): '3', not '3.0'
+        s = s.astype('int64' if is_cudf(s) else 'Int64')
+    return s.astype(str).where(s.notna())
 
 # %% ../nbs/00_backend.ipynb #eea1fa12
 def value_counts(s)->pd.Series:
@@ -174,6 +194,12 @@ def list_column(values, offsets, like):
     res = cudf.Series.from_pylibcudf(col)
     res.index,res.name = like.index,like.name
     return res
+
+def is_list_column(s)->bool:
+    "True if `s` holds lists (a multi-hot column) rather than scalars"
+    if is_cudf(s): return str(s.dtype).startswith('list')
+    v = s.dropna() if s.dtype == object else []
+    return len(v) > 0 and isinstance(v.iloc[0], (list, tuple, np.ndarray))
 
 def list_total(s)->int:
     "Number of elements in list column `s`, all rows together"

@@ -4,11 +4,12 @@
 
 # %% ../nbs/03a_comm.ipynb #c41d2971
 from __future__ import annotations
-import torch
+import random, torch
 from fastcore.basics import ifnone
 
 # %% auto #0
-__all__ = ['distributed', 'rank_world', 'dist_device', 'gather_rows', 'sum_ranks']
+__all__ = ['distributed', 'rank_world', 'dist_device', 'gather_rows', 'sum_ranks', 'mean_over_ranks', 'broadcast_object',
+           'shared_seed']
 
 # %% ../nbs/03a_comm.ipynb #f4fc688d
 def distributed()->bool:
@@ -49,3 +50,25 @@ def sum_ranks(t:torch.Tensor)->torch.Tensor:
     t = t.to(dist_device())
     torch.distributed.all_reduce(t)
     return t
+
+def mean_over_ranks(total, count):
+    "`total`/`count` with both summed over the ranks first: a mean weighted by every rank's rows (None for no rows)"
+    if not distributed(): return total/count if count != 0 else None
+    t = torch.zeros(2, dtype=torch.float64, device=dist_device())
+    t[0],t[1] = float(count),total
+    t = sum_ranks(t)
+    return (t[1]/t[0]).float() if t[0] else None
+
+def broadcast_object(o):
+    "`o` as rank 0 has it, on every rank (`o` itself in one process); a collective: every rank must call it"
+    if not distributed(): return o
+    res = [o]
+    torch.distributed.broadcast_object_list(res, src=0)
+    return res[0]
+
+def shared_seed(seed:int|None, world_size:int)->int|None:
+    "`seed`, or over several ranks a seed drawn on rank 0 and broadcast (a collective); an error if nothing can share it"
+    if seed is not None or world_size == 1: return seed
+    if not distributed(): raise ValueError(f"`world_size`={world_size} needs a `seed` shared by every rank, so that their shards "
+                                           f"do not overlap: pass `seed=...`, or initialise torch.distributed to broadcast rank 0's")
+    return broadcast_object(random.randrange(2**31))

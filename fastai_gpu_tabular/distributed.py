@@ -9,7 +9,7 @@ from fastai.basics import *
 from fastai.distributed import *
 from fastai.distributed import DistributedTrainer
 from fastai.learner import SkipToEpoch
-from .comm import rank_world, distributed, gather_rows
+from .comm import rank_world, distributed, gather_rows, broadcast_object, mean_over_ranks
 from .loader import BatchDataLoader
 
 # %% auto #0
@@ -28,9 +28,8 @@ def sharded(self:BatchDataLoader,
     if key == (self.rank, self.world_size, self.device): return self
     shards = self.__dict__.setdefault('_shards', {})
     if key not in shards:
-        seed = [self.seed]
-        if distributed(): torch.distributed.broadcast_object_list(seed, src=0)  # a seed drawn at random differs by rank
-        shards[key] = self.new(rank=rank, world_size=world_size, device=device, seed=seed[0])
+        seed = broadcast_object(self.seed)  # a seed drawn at random differs by rank
+        shards[key] = self.new(rank=rank, world_size=world_size, device=device, seed=seed)
     return shards[key]
 
 # %% ../nbs/07_distributed.ipynb #1a22da41
@@ -44,6 +43,19 @@ def to_detach(self:BatchDataLoader, b, cpu=True, gather=True):
         x = gather_rows(x) if x.ndim else maybe_gather(x)
         return x.cpu() if cpu else x
     return apply(_one, b)
+
+@patch
+def accumulate(self:AvgMetric, learn):
+    "fastai's, on this rank's rows only, kept on the device: an empty share of the last batch adds nothing"
+    bs = find_bs(learn.yb)
+    if not bs: return
+    self.total += to_detach(self.func(learn.pred, *learn.yb), cpu=False, gather=False)*bs
+    self.count += bs
+
+@patch(as_prop=True)
+def value(self:AvgMetric):
+    "The mean over every rank's rows: value × rows summed over the ranks, divided by the rows (None for no rows)"
+    return mean_over_ranks(self.total, self.count)
 
 # %% ../nbs/07_distributed.ipynb #bada5da0
 _fai_wrap_dl = DistributedTrainer._wrap_dl
@@ -84,6 +96,10 @@ class Checkpoint(Callback):
         scaler = getattr(self.learn, 'scaler', None)
         if scaler is not None and 'scaler' in st: scaler.load_state_dict(st['scaler'])
         if st['n_epoch'] != self.n_epoch: warn(f"resuming a run of {st['n_epoch']} epochs with {self.n_epoch}: the schedule differs")
+        was,now = (st.get('bs'), st.get('world_size')),(self.dls.train.bs, max(num_distrib(), 1))
+        if was[0] is not None and was != now:
+            warn(f"resuming a run at bs={was[0]} on {was[1]} process(es) with bs={now[0]} on {now[1]}: the batches and the steps "
+                 f"differ from the interrupted run, so it will not end where the whole run would")
         self.pos,self.skipper = st,SkipToEpoch(st['epoch'])  # fastai's `fit(start_epoch=...)` skips epochs this way
         self.learn.add_cb(self.skipper)
 
@@ -111,6 +127,7 @@ class Checkpoint(Callback):
         scaler = getattr(self.learn, 'scaler', None)
         st = dict(model=get_model(self.model).state_dict(), opt=self.opt.state_dict(), epoch=epoch, batch=batch,
                   train_iter=self.train_iter, n_epoch=self.n_epoch, loader_seed=self.train_dl.seed, loader_epoch=self.train_dl.epoch,
+                  bs=self.train_dl.bs, world_size=max(num_distrib(), 1),
                   rng=_get_rng(), **({'scaler': scaler.state_dict()} if scaler is not None else {}))
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,12 +11,12 @@ from fastai.tabular.core import ReadTabBatch
 from fastai.tabular.data import TabularDataLoaders
 from .backend import *
 from .tabular import *
-from .comm import rank_world
+from .comm import rank_world, shared_seed
 from fastai.data.transforms import Categorize
 
 # %% auto #0
 __all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'bag_batch_padded', 'bag_width',
-           'ReadTabBatchGPU', 'BatchDataLoader']
+           'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
@@ -108,6 +108,18 @@ def bag_width(offsets:Tensor)->int:
     "The longest row of a multi-hot column with `offsets` (0 for no rows)"
     return int((offsets[1:]-offsets[:-1]).max()) if len(offsets) > 1 else 0
 
+# %% ../nbs/04_loader.ipynb #5d31c4de
+def last_shares(
+    n:int, bs:int, world_size:int, # Rows, rows per batch and rank, ranks
+    drop_last:bool, # Drop the last partial batch
+    min_share:int, # Fewest rows a share may have: 2 for training (BatchNorm), 0 for validation (every row once)
+)->list[int]:
+    "Rows of each rank's share of the last partial batch, or [] when there is none or the small-share rule drops it"
+    r = n % (bs*world_size)
+    if drop_last or not r: return []
+    shares = [r//world_size + (i < r % world_size) for i in range(world_size)]
+    return shares if min(shares) >= min_share else []
+
 # %% ../nbs/04_loader.ipynb #8c59cfe3
 class ReadTabBatchGPU(ReadTabBatch):
     "Batches are already tensors; decodes them back to a `TabularGPU` on pandas, for `show_batch` and `predict`"
@@ -137,19 +149,23 @@ class BatchDataLoader(TfmdDL):
         bs:int=64, # Rows per batch (per rank)
         shuffle:bool=False, # A new permutation of the rows every epoch
         drop_last:bool=False, # Drop the last partial batch
-        seed:int|None=None, # Seed of the permutations (default: drawn from Python's `random`)
+        seed:int|None=None, # Seed of the permutations (default: drawn from Python's `random`; over several ranks, rank 0's)
         rank:int|None=None, # This process's rank (default: torch.distributed's, else 0)
         world_size:int|None=None, # Number of ranks (default: torch.distributed's, else 1)
         host:bool=False, # Keep the data in pinned host memory, gather there and copy each batch to the device
         mh_width:int|str|None=None, # Multi-hot batches padded to this many codes a row ('max': the longest row), else (values, offsets)
+        min_share:int|None=None, # Fewest rows of a rank's share of the last batch, else it is dropped (default: 2 if `shuffle`, else 0)
         after_batch=None, # Batch transforms, after `ReadTabBatchGPU`
         **kwargs
     ):
         if not (mh_width is None or mh_width=='max' or isinstance(mh_width, int) and mh_width >= 0):
             raise ValueError(f"`mh_width` must be None, 'max' or a number of codes, not {mh_width!r}")
-        self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
-        self.skip = 0  # batches of the next epoch to leave out (resuming mid-epoch), then back to 0
+        if not (isinstance(bs, int) and bs > 0): raise ValueError(f"`bs` must be a positive number of rows, not {bs!r}")
         self.rank,self.world_size = rank_world(rank, world_size)
+        seed = shared_seed(seed, self.world_size)  # over several ranks without a seed: rank 0's, broadcast (every rank must call)
+        self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
+        self.min_share = ifnone(min_share, 2 if shuffle else 0)
+        self.skip = 0  # batches of the next epoch to leave out (resuming mid-epoch), then back to 0
         after_batch = ReadTabBatchGPU(dataset) if after_batch is None else after_batch
         kwargs.pop('num_workers', None)
         super().__init__(dataset, bs=bs, shuffle=shuffle, drop_last=drop_last, after_batch=after_batch, num_workers=0, **kwargs)
@@ -170,9 +186,11 @@ class BatchDataLoader(TfmdDL):
             else: cache[key] = TabTensors(self.dataset, dev)
         return cache[key]
 
-    def __len__(self):
-        full = self.n//(self.bs*self.world_size)
-        return full + int(not self.drop_last and self.n > full*self.bs*self.world_size)
+    def shares(self)->list[int]:
+        "Rows of each rank's share of the last, partial batch: [] when there is none (see the small-share rule)"
+        return last_shares(self.n, self.bs, self.world_size, self.drop_last, self.min_share)
+
+    def __len__(self): return self.n//(self.bs*self.world_size) + bool(self.shares())
 
     def order(self, epoch:int|None=None)->Tensor:
         "Row order of `epoch` (default: the current one): a permutation seeded by (`seed`, epoch) if `shuffle`"
@@ -187,7 +205,9 @@ class BatchDataLoader(TfmdDL):
         bs,w,r = self.bs,self.world_size,self.rank
         full = self.n//(bs*w)
         res = [order[(k*w+r)*bs:(k*w+r+1)*bs] for k in range(full)]
-        if len(self) > full: res.append(torch.tensor_split(order[full*bs*w:], w)[r])
+        if shares := self.shares():
+            start = full*bs*w + sum(shares[:r])
+            res.append(order[start:start+shares[r]])
         return res
 
     def create_batch(self, idx:Tensor, t:TabTensors|None=None):
@@ -213,6 +233,9 @@ class BatchDataLoader(TfmdDL):
         return self._mh_widths
 
     def __iter__(self):
+        if self.n and not len(self) and (self.shuffle or self.drop_last): raise ValueError(
+            f"this training loader has no batches: {self.n:,} rows, `bs`={self.bs:,} on each of {self.world_size} rank(s), "
+            f"`drop_last`={self.drop_last}: use a `bs` of at most {max(self.n//(2*self.world_size), 1):,}")
         self.before_iter()
         t = self.tensors()
         idxs,self.skip = self.batch_idxs(self.order())[self.skip:],0
@@ -233,6 +256,7 @@ class BatchDataLoader(TfmdDL):
 
     def new(self, dataset=None, cls=None, **kwargs):
         kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host, mh_width=self.mh_width)
+        if 'shuffle' not in kwargs: kw['min_share'] = self.min_share
         return super().new(dataset, cls, **merge(kw, kwargs))
 
 # %% ../nbs/04_loader.ipynb #129a784b

@@ -11,13 +11,20 @@ from fastcore.basics import *
 from fastcore.foundation import L
 import numpy as np
 from collections import defaultdict
+import warnings
 from .backend import *
 
 # %% auto #0
-__all__ = ['RARE', 'UNSEEN', 'fit_vocab', 'Vocab', 'encode_codes', 'Categorify', 'FillStrategy', 'FillMissing', 'Normalize']
+__all__ = ['RARE', 'UNSEEN', 'warn_once', 'fit_vocab', 'Vocab', 'encode_codes', 'Categorify', 'FillStrategy', 'FillMissing',
+           'Normalize']
 
 # %% ../nbs/01_procs.ipynb #228bac9e
 RARE,UNSEEN = '#rare#','#unseen#'
+
+def warn_once(proc, col, msg:str):
+    "Warn `msg` the first time `proc` meets column `col` (at inference, say): once per proc and column, not per batch"
+    seen = proc.__dict__.setdefault('_warned', set())
+    if col not in seen: seen.add(col); warnings.warn(msg, stacklevel=3)
 
 def fit_vocab(
     s, # Training values (series of scalars, or flattened multi-hot elements)
@@ -28,9 +35,10 @@ def fit_vocab(
     if freq_threshold<=1 and max_size is None: return sorted_uniques(s), []
     vc = value_counts(s)
     keep = vc[vc>=freq_threshold]
-    keep = keep.index.tolist() if max_size is None else sorted(keep.index.tolist(), key=lambda v: (-keep[v], v))[:max_size]
+    vk = value_key(vc.index.tolist())  # numbers before strings when a column mixes them
+    keep = keep.index.tolist() if max_size is None else sorted(keep.index.tolist(), key=lambda v: (-keep[v], vk(v)))[:max_size]
     kept = set(keep)
-    return sorted(keep), sorted(o for o in vc.index.tolist() if o not in kept)
+    return sorted(keep, key=vk), sorted((o for o in vc.index.tolist() if o not in kept), key=vk)
 
 # %% ../nbs/01_procs.ipynb #e658e2d6
 class Vocab(CategoryMap):
@@ -77,6 +85,24 @@ class Categorify(_FaiCategorify):
         code = lambda t: len(self.vocab[n])+1+res.index(t) if t in res else None
         return encode_codes(s, self._array(n), self.rare[n], code(RARE), code(UNSEEN))
 
+    def _unseen(self, n, s)->float:
+        "Share of the values of `s` that `n`'s training split never saw (missing values count as seen)"
+        known = (cat_codes(s, self._array(n)) >= 0) | s.isna()
+        if len(self.rare[n]): known |= cat_codes(s, self.rare[n]) >= 0
+        return 1 - float(known.mean())
+
+    def _like_training(self, n, s):
+        "`s` converted to the kind of `n`'s training values (numbers or strings) when most of it is unseen for want of it"
+        kinds = {isinstance(v, str) for v in self.vocab[n]}
+        if len(kinds) != 1 or not len(s) or (s.dtype.kind in 'biuf') == (kinds == {False}): return s  # same kind, or mixed
+        if (unseen := self._unseen(n, s)) <= 0.5: return s
+        conv = as_kind(s, 'str' if kinds == {True} else 'num')  # exact: None unless every value converts
+        if conv is not None and self._unseen(n, conv) <= 0.5: return conv
+        warn_once(self, n, f"categorical column {n!r} holds {s.dtype} values, but was trained on {'strings' if kinds=={True} else 'numbers'}, "
+                           f"and {unseen:.0%} of its values were never seen in training: they are coded as missing. "
+                           f"Give the column the training type (e.g. `.astype(...)`)")
+        return s
+
     def _array(self, n):
         "`vocab[n]` as a numpy array if numeric, made once (the plain list is what is saved)"
         c = self.__dict__.setdefault('_arrays', {})
@@ -87,7 +113,7 @@ class Categorify(_FaiCategorify):
 
     def encodes(self, to):
         for n in to.cat_names:
-            if n in self.vocab: to.items[n] = self._encode(n, to.items[n])
+            if n in self.vocab: to.items[n] = self._encode(n, self._like_training(n, to.items[n]))
         for n in getattr(to, 'mh_names', []):
             e,offs = explode_rows(to.items[n], self.sep)
             to.items[n] = list_column(self._encode(n, e), offs, to.items[n])
@@ -148,6 +174,9 @@ class FillMissing(_FaiFillMissing):
             if self.add_col and n in self.na_dict:
                 to.items[n+'_na'] = to.items[n].isna()
                 if n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
+            elif n not in self.na_dict and (k := int(to.items[n].isna().sum())):
+                warn_once(self, n, f"continuous column {n!r} has {k:,} missing values but had none in training: they are filled "
+                                   f"with the training {self.fill_strategy} ({v}), and no `{n}_na` column flags them")
             to.items[n] = to.items[n].fillna(v)
 
     def state(self)->dict:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
-from .comm import distributed, dist_device, sum_ranks
+from .comm import mean_over_ranks
 
 # %% auto #0
 __all__ = ['DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync']
@@ -21,12 +21,7 @@ class DeviceAvgLoss(AvgLoss):
         self.count += bs
 
     @property
-    def value(self):
-        if not distributed(): return self.total/self.count if self.count != 0 else None
-        t = torch.tensor([float(self.count), 0.], device=dist_device())
-        t[1:] = self.total
-        t = sum_ranks(t)  # one all-reduce of (rows, loss sum) at the end of validation
-        return t[1]/t[0] if t[0] else None
+    def value(self): return mean_over_ranks(self.total, self.count)  # one all-reduce of (rows, loss sum) at the end of validation
 
 class DeviceSmoothLoss(AvgSmoothLoss):
     "fastai's `AvgSmoothLoss`, accumulated on the loss's device (each rank its own: no collective per batch)"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
-import json
+import json, warnings
 from pathlib import Path
 from fastai.tabular.core import *
 from fastai.tabular.core import Pipeline, CollBase, CategoryMap, display_df
@@ -18,28 +18,56 @@ from .backend import *
 from .procs import *
 
 # %% auto #0
-__all__ = ['check_names', 'random_splits', 'TabularGPU', 'save_procs', 'load_procs']
+__all__ = ['PROCS_FORMAT', 'check_names', 'check_targets', 'clean_conts', 'random_splits', 'TabularGPU', 'check_writable',
+           'save_procs', 'load_procs']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
+_KINDS = ('cat_names', 'cont_names', 'mh_names')
+
 def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y=True, check_types=True):
-    "Raise a `ValueError` naming the first column that is missing from `df` or of the wrong kind"
-    cols = set(df.columns)
-    for kind,names in (('cat_names',cat_names), ('cont_names',cont_names), ('mh_names',mh_names), ('y_names',y_names)):
-        for n in L(names):
+    "Raise a `ValueError` naming the first column that is missing from `df`, of the wrong kind, or both an input and the target"
+    cols,names = set(df.columns),dict(zip(_KINDS, (L(cat_names), L(cont_names), L(mh_names))))
+    for kind,ns in (*names.items(), ('y_names', L(y_names))):
+        for n in ns:
             if n in cols: continue
             if kind=='y_names' and not need_y: continue
-            if kind=='cat_names' and n.endswith('_na') and n[:-3] in L(cont_names): continue  # made by `FillMissing`
+            if kind=='cat_names' and isinstance(n, str) and n.endswith('_na') and n[:-3] in names['cont_names']: continue  # made by `FillMissing`
             hint = ("pass a frame that has the target, or leave `y_names` empty" if kind=='y_names' else
                     f"remove it from `{kind}` or add it to the frame")
-            raise ValueError(f"column '{n}' (in `{kind}`) is not in the frame: {hint}. Columns: {sorted(map(str,cols))[:20]}")
-    for n in L(cont_names) if len(df) and check_types else []:
+            raise ValueError(f"column {n!r} (in `{kind}`) is not in the frame: {hint}. Columns: {sorted(map(str,cols))[:20]}")
+    for n in L(y_names):
+        for kind,ns in names.items():
+            if n in ns: raise ValueError(f"column {n!r} is the target (`y_names`) and also in `{kind}`: the model would read its own "
+                                         f"answer; remove it from `{kind}`")
+    for n in names['cont_names'] if len(df) and check_types else []:
         dt = df[n].dtype
         if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)):
-            raise ValueError(f"continuous column '{n}' has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
+            raise ValueError(f"continuous column {n!r} has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
                              f"or move it to `cat_names`")
-    names = list(L(cat_names)+L(cont_names)+L(mh_names))
+    for n in names['cat_names'] if len(df) and check_types else []:
+        if n in cols and is_list_column(df[n]): raise ValueError(f"categorical column {n!r} holds lists: pass it in `mh_names` (multi-hot)")
+    names = list(names['cat_names']+names['cont_names']+names['mh_names'])
     dup = [n for n in names if names.count(n)>1]
-    if dup: raise ValueError(f"column '{dup[0]}' is in more than one of `cat_names`, `cont_names`, `mh_names`: keep it in one")
+    if dup: raise ValueError(f"column {dup[0]!r} is in more than one of `cat_names`, `cont_names`, `mh_names`: keep it in one")
+
+def check_targets(df, y_names):
+    "Raise a `ValueError` naming a target column with missing values, and how many"
+    for n in L(y_names):
+        if n in df.columns and (k := int(df[n].isna().sum())):
+            raise ValueError(f"target {n!r} has {k:,} missing values in {len(df):,} rows: drop those rows "
+                             f"(`df.dropna(subset=[{n!r}])`) or fill them before building the `TabularGPU`")
+
+def clean_conts(df, cont_names):
+    "`df` with float NaNs as missing values, and ±inf in continuous columns as missing too (with a warning per column)"
+    df = nans_to_nulls(df)
+    for n in L(cont_names):
+        if n not in df.columns or df[n].dtype.kind != 'f': continue
+        inf = df[n].abs() == np.inf
+        if k := int(inf.sum()):
+            warnings.warn(f"continuous column {n!r} has {k:,} infinite values: they are treated as missing (filled by "
+                          f"`FillMissing`, flagged in `{n}_na`); replace them first to do otherwise")
+            df[n] = df[n].where(~inf)
+    return df
 
 # %% ../nbs/02_tabular.ipynb #e7ea3d7b
 _ours = {_FaiCategorify: Categorify, _FaiFillMissing: FillMissing, _FaiNormalize: Normalize}
@@ -85,7 +113,7 @@ class TabularGPU(TabularPandas):
             splits = [as_index_array(s, df) for s in splits]
             df = take_rows(df, array_lib(df).concatenate(splits))  # a new frame: no copy needed
         elif not inplace: df = df.copy()
-        if do_setup: df = nans_to_nulls(df)
+        if do_setup: df = clean_conts(df, cont_names)
         if reduce_memory: df = shrink(df, skip=L(mh_names))
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         CollBase.__init__(self, df)
@@ -103,6 +131,7 @@ class TabularGPU(TabularPandas):
 
     def setup(self):
         if self.split==0: raise ValueError("the training split is empty: pass `splits` whose first part has rows")
+        check_targets(self.items, self.y_names)
         tr = self.items.iloc[:self.split]
         nulls = to_pandas(tr[list(self.cat_names+self.cont_names+self.mh_names)].isna().all())
         if nulls.any(): raise ValueError(f"column '{nulls[nulls].index[0]}' has only missing values in the training split: "
@@ -110,12 +139,13 @@ class TabularGPU(TabularPandas):
         super().setup()
 
     def process(self):
-        self.items = nans_to_nulls(self.items)
-        for n in self.cont_names:  # e.g. a row turned into a frame by `predict` has object columns
-            if n in self.items.columns and self.items[n].dtype == object:
+        conts = [n for n in self.cont_names if n in self.items.columns]
+        for n in conts:  # e.g. a row turned into a frame by `predict` has object columns
+            if self.items[n].dtype == object:
                 try: self.items[n] = pd.to_numeric(self.items[n])
-                except (ValueError, TypeError): raise ValueError(f"continuous column '{n}' holds values that are not numbers") from None
-        check_names(self.items, cont_names=[n for n in self.cont_names if n in self.items.columns])
+                except (ValueError, TypeError): raise ValueError(f"continuous column {n!r} holds values that are not numbers") from None
+        self.items = clean_conts(self.items, conts)
+        check_names(self.items, cont_names=conts)
         super().process()
 
     def new(self, df, inplace=False):
@@ -166,9 +196,25 @@ def decodes(self, to:TabularGPU):
 
 # %% ../nbs/02_tabular.ipynb #166e3e8d
 def _state(p): return p.state() if hasattr(p, 'state') else dict(type=type(p).__name__, c=getattr(p, 'c', None))
+PROCS_FORMAT = 1  # version of procs.json: 1 adds `format` and is validated on load; files without it are version 0
+_NAME_KEYS = ('cat_names','cont_names','mh_names','y_names')
+
+def check_writable(to):
+    "Raise a `ValueError`, before anything is written, for what procs.json and parquet cannot hold: non-string names, odd values"
+    names = [n for k in _NAME_KEYS for n in getattr(to, k)]
+    if bad := [n for n in names if not isinstance(n, str)]:
+        raise ValueError(f"column names {bad} are not strings: procs.json and parquet need string names; rename the columns "
+                         f"first, e.g. `df.columns = df.columns.astype(str)`, and name them as strings")
+    for p in to.procs:
+        if not isinstance(getattr(p, 'vocab', None), dict): continue
+        for n,v in (*p.vocab.items(), *getattr(p, 'rare', {}).items()):
+            o = next((o for o in v if not isinstance(o, (str, int, float, bool))), None)
+            if o is not None: raise ValueError(f"categorical column {n!r} holds {type(o).__name__} values, which procs.json cannot "
+                                               f"store: convert the column first, e.g. `df[{n!r}].astype(str)` (or `.dt.year` for dates)")
 
 def save_procs(to:TabularGPU, path, parquet_min:int=10_000):
     "Save the fitted procs and column names of `to` in folder `path` (JSON, large vocabularies as parquet)"
+    check_writable(to)
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     def _big(kind, n, vals):
         if len(vals) < parquet_min: return vals
@@ -181,23 +227,56 @@ def save_procs(to:TabularGPU, path, parquet_min:int=10_000):
         for k in ('vocab','rare'):
             if isinstance(d.get(k), dict): d[k] = {n: _big(k, n, v) for n,v in d[k].items()}
         procs.append(d)
-    names = {k: list(getattr(to, k)) for k in ('cat_names','cont_names','mh_names','y_names')}
-    (path/'procs.json').write_text(json.dumps(dict(names=names, procs=procs), indent=1))
+    names = {k: list(getattr(to, k)) for k in _NAME_KEYS}
+    (path/'procs.json').write_text(json.dumps(dict(format=PROCS_FORMAT, names=names, procs=procs), indent=1))
     return path/'procs.json'
 
 _types = dict(Categorify=Categorify, FillMissing=FillMissing, Normalize=Normalize, Categorize=Categorize)
 
+def _check_saved(d, fn):
+    "Raise a `ValueError` naming file `fn` and the key, where the contents `d` of a procs.json are not what `save_procs` writes"
+    def bad(key, what): raise ValueError(f"{fn}: {key!r} {what}: the file is damaged or was not written by `save_procs`; save the procs again")
+    is_list = lambda o, t: isinstance(o, list) and all(isinstance(x, t) for x in o)
+    is_map = lambda o, t: isinstance(o, dict) and all(isinstance(k, str) and isinstance(x, t) for k,x in o.items())
+    scalar,num = (str, int, float, bool),(int, float)
+    if not isinstance(d, dict): bad('(the whole file)', 'is not a JSON object')
+    if d.get('format', 0) not in (0, PROCS_FORMAT): bad('format', f"is {d.get('format')!r}, newer than this library reads (0 to {PROCS_FORMAT})")
+    names = d.get('names')
+    if not isinstance(names, dict): bad('names', 'is not an object of column lists')
+    for k in _NAME_KEYS:
+        if not is_list(names.get(k, []), str): bad(f'names.{k}', 'is not a list of column names (strings)')
+    procs = d.get('procs')
+    if not (isinstance(procs, list) and all(isinstance(p, dict) and isinstance(p.get('type'), str) for p in procs)):
+        bad('procs', 'is not a list of proc states, each with a `type`')
+    cats = [n for n in names.get('cat_names', []) if not n.endswith('_na')] + names.get('mh_names', [])
+    conts = names.get('cont_names', [])
+    if not procs and (cats or conts): bad('procs', f"is empty, but columns are named ({(cats+conts)[0]!r}, ...)")
+    for i,p in enumerate(procs):
+        t,at = p['type'],f'procs[{i}]'
+        checks = dict(Categorify=[('vocab', lambda o: is_map(o, list) and all(is_list(v, scalar) for v in o.values()), cats)],
+                      FillMissing=[('fills', lambda o: is_map(o, scalar), conts), ('na_dict', lambda o: is_map(o, scalar), [])],
+                      Normalize=[('means', lambda o: is_map(o, num), conts), ('stds', lambda o: is_map(o, num), conts)],
+                      Categorize=[('vocab', lambda o: is_list(o, scalar), [])]).get(t, [])
+        for k,ok,need in checks:
+            if not ok(p.get(k)): bad(f'{at}.{k}', f'is not what `{t}` saves')
+            if missing := [n for n in need if n not in p[k]]: bad(f'{at}.{k}', f"has no entry for column {missing[0]!r}")
+
 def load_procs(path)->tuple[list,dict]:
-    "Fitted procs and column names saved by `save_procs` in folder `path`"
-    path = Path(path); d = json.loads((path/'procs.json').read_text())
+    "Fitted procs and column names saved by `save_procs` in folder `path`, checked: a damaged file fails, naming the key"
+    path = Path(path); fn = path/'procs.json'
+    if not fn.exists(): raise FileNotFoundError(f"{fn}: no saved procs there; write them with `save_procs(to, {str(path)!r})`")
+    try: d = json.loads(fn.read_text())
+    except json.JSONDecodeError as e: raise ValueError(f"{fn} is not valid JSON ({e}): it is truncated or damaged; save the procs again") from None
     def _small(v): return pd.read_parquet(path/v['parquet'])['v'].tolist() if isinstance(v, dict) else v
+    for s in d.get('procs') if isinstance(d, dict) and isinstance(d.get('procs'), list) else []:
+        for k in ('vocab','rare'):
+            if isinstance(s, dict) and isinstance(s.get(k), dict): s[k] = {n: _small(v) for n,v in s[k].items()}
+    _check_saved(d, fn)
     procs = []
     for s in d['procs']:
-        for k in ('vocab','rare'):
-            if isinstance(s.get(k), dict): s[k] = {n: _small(v) for n,v in s[k].items()}
         if s['type']=='RegressionSetup': procs.append(RegressionSetup(c=s['c']))
         elif s['type'] in _types: procs.append(_types[s['type']].from_state(s))
-        else: raise ValueError(f"{path/'procs.json'}: unknown proc type '{s['type']}'")
+        else: raise ValueError(f"{fn}: unknown proc type '{s['type']}'")
     return procs, d['names']
 
 @patch(cls_method=True)

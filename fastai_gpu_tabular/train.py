@@ -88,6 +88,14 @@ def main(
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
     if opt not in ('lamb', 'adam'): raise ValueError(f"`opt` must be 'lamb' or 'adam', not {opt!r}")
     if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")
+    if epochs < 1: raise ValueError(f"`epochs` must be at least 1, not {epochs}")
+    if bs < 1: raise ValueError(f"`bs` must be a positive number of rows, not {bs}")
+    ck = Path(out)/'checkpoint.pth'
+    if resume and not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
+    if resume and (st := torch.load(ck, map_location='cpu', weights_only=False))['epoch'] >= epochs:
+        print(f"`resume`: {ck} is of a finished run ({st['epoch']} epochs): nothing to train, and {Path(out)/'metrics.json'} is left "
+              f"as it is; pass more `--epochs` to train on, or a new `--out`")
+        return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
     device,world,out = state.device,max(num_distrib(), 1),Path(out)
     gpu = device.type=='cuda' and gpu_available()
@@ -101,22 +109,24 @@ def main(
     del df
     dls = to.dataloaders(bs=bs, seed=seed, device=device)
     metrics = ([accuracy, RocAucBinary()] if to.c==2 else [accuracy]) if y_block=='category' else [rmse]
+    if not len(to.valid): metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=bn, bn_cont=bn), fast=fast,
                             opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.')
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
     if precision=='bf16': learn.to_bf16()
     if precision=='fp16': learn.to_fp16()
-    ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
-    if resume and not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
+    timer,stop = TrainTimer(),StopAfter(stop_after)
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
     lr = ifnone(lr, large_batch_lr(bs*world, 5e-3, 1024))
     t1 = time.perf_counter()
     with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads)): learn.fit_one_cycle(epochs, lr, cbs=cbs)
     if stop.stopped or rank_distrib(): return learn
-    res = dict(zip(learn.recorder.metric_names[2:-1], map(float, learn.recorder.values[-1][1:])), world_size=world, bs=bs, lr=lr,
-               train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None, prep_s=t1-t0, device=str(device))
-    torch.save(get_model(learn.model).state_dict(), out/'model.pth')
+    torch.save(get_model(learn.model).state_dict(), out/'model.pth')  # first: nothing below can lose the trained model
     save_procs(to, out/'procs')
+    vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:])
+    res = {k: float(v) for k,v in vals if v is not None}
+    res.update(world_size=world, bs=bs, lr=lr, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
+               prep_s=t1-t0, device=str(device))
     (out/'metrics.json').write_text(json.dumps(res, indent=1))
     print(f"{world} process(es) on {device.type}: " + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names) +
           f"; training {res['train_rows_s'] or 0:,.0f} rows/s; preprocessing {t1-t0:.1f}s; saved to {out}")

@@ -3,8 +3,8 @@ counts, every validation row counted once with the AUC of a single process, a 2-
 weights of a 1-process run at batch B, and a run stopped mid-epoch and resumed ending with the weights of a whole run."""
 import json, os, subprocess, sys
 from pathlib import Path
-import pytest, torch
-from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback, set_seed, tabular_config
+import numpy as np, pytest, torch
+from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback, set_seed, tabular_config, accuracy
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
 from fastai_gpu_tabular.learner import tabular_learner
@@ -75,3 +75,22 @@ def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
     assert (st['epoch'], st['batch']) == (1, 5)
     train(tmp_path, 'cut', n, *common, '--resume')
     assert_same_weights(whole, cut, tol=1e-6)
+
+def test_ranks_share_rank0s_seed_and_small_shares_follow_one_rule(tmp_path):
+    launch(2, 'tests/dist_share_worker.py', tmp_path)
+    r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert r0['seed'] == r1['seed']
+    for e in (0, 1):  # no seed given: the shards are still disjoint and cover the epoch (drop_last leaves 803 - 8x100 = 3 out)
+        a, b = set(r0['orders'][e]), set(r1['orders'][e])
+        assert not a & b and len(a | b) == 800
+    assert set(r0['orders'][0]) | set(r1['orders'][0]) != set(r0['orders'][1]) | set(r1['orders'][1])  # other rows left out
+    assert r0['n_loose'] == r1['n_loose'] == 8 and min(r0['sizes'] + r1['sizes']) >= 2  # shares of 2 and 1: dropped on both
+    assert r0['vsizes'] == [50, 50, 1] and r1['vsizes'] == [50, 50, 0]  # every validation row once, an empty share on rank 1
+    # validation over the two ranks equals one process's, with no NaN from the empty share
+    assert r0['valid'] == r1['valid'] and all(v == v for v in r0['valid'])
+    to = synth_tabular(synth_movielens(1_004, n_users=50, n_items=30, gpu=False), splits=(range(803), range(803, 1_004)))
+    learn = tabular_learner(to.dataloaders(bs=50, seed=0, device='cpu'), layers=[16], metrics=[accuracy, RocAucBinary()],
+                            config=tabular_config(use_bn=False, bn_cont=False))
+    learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))
+    learn.remove_cb(ProgressCallback)
+    np.testing.assert_allclose(r0['valid'], [float(v) for v in learn.validate()], rtol=1e-5)
