@@ -55,6 +55,7 @@ def main():
         read = (lambda: __import__('dask_cudf').read_parquet(files, split_row_groups=True)) if gpu else \
                (lambda: dd.read_parquet(files, split_row_groups=True))
         secs[n] = timed(f'TabularDask, {n} worker(s)', lambda: TabularDask(read(), progress=False, **kw).to_parquet(tmp/'out'))
+        timed(f'TabularDask, {n} worker(s), persist=True', lambda: TabularDask(read(), progress=False, persist=True, **kw).to_parquet(tmp/'out'))
         client.close(); client.cluster.close()
     if a.rows <= a.in_memory_max:
         def mem(g): TabularGPU(read_frame_all(files, g), **kw).to_parquet(tmp/'out')

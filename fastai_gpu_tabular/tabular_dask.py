@@ -19,7 +19,7 @@ from .tabular import _our_proc, _NAME_KEYS, _mix64
 from .procs import _py
 
 # %% auto #0
-__all__ = ['dask_client', 'exact_median', 'chan_combine', 'TabularDask']
+__all__ = ['dask_client', 'exact_kth', 'exact_medians', 'chan_combine', 'TabularDask']
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e96e951
 def dask_client(
@@ -82,42 +82,61 @@ def _compute(*xs):
     import dask
     return dask.compute(*xs)
 
+def _floats(part, col):
+    "The non-missing values of `col` in a partition as a float64 array on its device (cupy for cuDF)"
+    return part[col].dropna().astype('float64').values if is_cudf(part) else part[col].dropna().to_numpy('float64')
+
 def _in_range(v, lo, hi, closed):
-    "Flags of the float64 values `v` in [lo, hi) (or [lo, hi] if `closed`)"
+    "Flags of the values `v` in [lo, hi) (or [lo, hi] if `closed`)"
     return (v >= lo) & ((v <= hi) if closed else (v < hi))
 
-def _hist(part, lo, hi, closed, bins):
-    "(counts in `bins` equal bins, min, max) of the values of `part` in the range"
-    v = np.asarray(to_pandas(part.dropna()).astype('float64'))
-    v = v[_in_range(v, lo, hi, closed)]
-    return np.histogram(v, bins, (lo, hi))[0], (v.min() if len(v) else np.inf), (v.max() if len(v) else -np.inf)
+def _hists(part, searches:list, bins:int):
+    "For each search (column, lo, hi, closed): (counts in `bins` equal bins, min, max) of the partition's values in its range"
+    res = []
+    for col,lo,hi,closed in searches:
+        v = _floats(part, col); xp = array_lib(v)
+        v = v[_in_range(v, lo, hi, closed)]
+        h = xp.histogram(v, bins, (lo, hi))[0]
+        res.append((h.get() if xp is not np else h, float(v.min()) if len(v) else np.inf, float(v.max()) if len(v) else -np.inf))
+    return res
 
-def _values_in(part, lo, hi, closed):
-    v = np.asarray(to_pandas(part.dropna()).astype('float64'))
-    return v[_in_range(v, lo, hi, closed)]
+def _values_in(part, searches:list):
+    "For each search (column, lo, hi, closed): the partition's values in its range, on the host"
+    out = []
+    for col,lo,hi,closed in searches:
+        v = _floats(part, col); v = v[_in_range(v, lo, hi, closed)]
+        out.append(v.get() if array_lib(v) is not np else v)
+    return out
 
-def _kth(parts:list, k:int, lo:float, hi:float, bins:int=1024, cap:int=1<<20)->float:
-    "The `k`-th smallest (0-based) non-missing value of the partitions `parts` (dask delayed series), exactly: histograms narrow the range"
+def exact_kth(ddf, ks:list, lo:dict, hi:dict, bins:int=1024, cap:int=1<<20)->list:
+    "The `k`-th smallest (0-based) non-missing value of column `c` of `ddf`, for each (c, k) of `ks`, exactly, all in the same passes"
     from dask import delayed
-    below,closed = 0,True
-    while True:
-        res = _compute(*[delayed(_hist)(p, lo, hi, closed, bins) for p in parts])
-        h,vmin,vmax = np.sum([r[0] for r in res], 0),min(r[1] for r in res),max(r[2] for r in res)
-        if vmin == vmax: return vmin  # every value left in the range is the same
-        cum = below + np.cumsum(h)
-        b = int(np.searchsorted(cum, k, side='right'))
-        edges = np.linspace(lo, hi, bins+1)
-        below,lo,hi,closed = int(cum[b]-h[b]),edges[b],edges[b+1],closed and b == bins-1
-        if h[b] <= cap:  # few enough to sort on the client
-            v = np.sort(np.concatenate(_compute(*[delayed(_values_in)(p, lo, hi, closed) for p in parts])))
-            return v[k-below]
+    parts = ddf[list(dict.fromkeys(c for c,_ in ks))].to_delayed()
+    st = [dict(col=c, k=k, lo=float(lo[c]), hi=float(hi[c]), closed=True, below=0, res=None) for c,k in ks]
+    while todo := [s for s in st if s['res'] is None]:
+        srch = [(s['col'], s['lo'], s['hi'], s['closed']) for s in todo]
+        res = _compute(*[delayed(_hists)(p, srch, bins) for p in parts])
+        collect = []
+        for j,s in enumerate(todo):
+            h = np.sum([r[j][0] for r in res], 0)
+            vmin,vmax = min(r[j][1] for r in res),max(r[j][2] for r in res)
+            if vmin == vmax: s['res'] = vmin; continue  # every value left in the range is the same
+            cum = s['below'] + np.cumsum(h)
+            b = int(np.searchsorted(cum, s['k'], side='right'))
+            edges = np.linspace(s['lo'], s['hi'], bins+1)
+            s.update(below=int(cum[b]-h[b]), lo=edges[b], hi=edges[b+1], closed=s['closed'] and b == bins-1)
+            if h[b] <= cap: collect.append(s)  # few enough to sort on the client
+        if collect:
+            vals = _compute(*[delayed(_values_in)(p, [(s['col'], s['lo'], s['hi'], s['closed']) for s in collect]) for p in parts])
+            for j,s in enumerate(collect): s['res'] = np.sort(np.concatenate([v[j] for v in vals]))[s['k']-s['below']]
+    return [s['res'] for s in st]
 
-def exact_median(s, n:int, lo:float, hi:float, cap:int=1<<20):
-    "The median of dask series `s` (`n` non-missing values in [`lo`, `hi`]) exactly as pandas gives it, in a few passes"
-    if n == 0: return None
-    parts = s.dropna().to_delayed()
-    vals = [_kth(parts, k, float(lo), float(hi), cap=cap) for k in sorted({(n-1)//2, n//2})]
-    return float(np.mean(np.array(vals, dtype=np.float32 if s.dtype == np.float32 else np.float64)))  # pandas' mean of the middle two
+def exact_medians(ddf, n:dict, lo:dict, hi:dict, cap:int=1<<20)->dict:
+    "The median of each column of `ddf` (`n` non-missing values in [`lo`, `hi`]) exactly as pandas gives it, in a few passes for all"
+    ks = [(c, k) for c in n if n[c] for k in sorted({(n[c]-1)//2, n[c]//2})]
+    vals = dict(zip(ks, exact_kth(ddf, ks, lo, hi, cap=cap)))
+    dt = lambda c: np.float32 if ddf[c].dtype == np.float32 else np.float64  # pandas' mean of the middle two, in the column's dtype
+    return {c: float(np.mean(np.array([v for (cc,_),v in vals.items() if cc == c], dtype=dt(c)))) if n[c] else None for c in n}
 
 # %% ../nbs/07a_tabular_dask.ipynb #2579fe8f
 def _moments(part, cols:list)->dict:
@@ -151,10 +170,10 @@ def _fit_fill_missing(p, train, td):
     name = getattr(p.fill_strategy, '__name__', str(p.fill_strategy))
     if name not in ('median', 'mode', 'constant'): raise ValueError(f"`TabularDask` fits `FillStrategy.median`, `mode` and `constant`, not {name!r}")
     st,fv,fills = td._train_stats,p.fill_vals,{}
+    if name == 'median': fills = exact_medians(train, {n: st['count'][n] for n in td.cont_names}, st['lo'], st['hi'])
     for n in td.cont_names:
         if name == 'constant': fills[n] = fv.get(n, 0) if isinstance(fv, dict) else fv[n]
-        elif name == 'median': fills[n] = exact_median(train[n], st['count'][n], st['lo'][n], st['hi'][n])
-        else:
+        elif name == 'mode':
             g = to_pandas(train[[n, _POS]].groupby(n)[_POS].agg(['count', 'min'], split_out=1).compute())
             fills[n] = g.sort_values(['count', 'min'], ascending=[False, True]).index[0] if len(g) else None
     p.fills = {n: _py(v) for n,v in fills.items()}
@@ -204,6 +223,7 @@ class TabularDask:
         reduce_memory:bool=True, # Shrink numeric dtypes as `TabularGPU` does (from the min and max over every partition)
         mh_names=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
         progress:bool=True, # A progress bar over the passes
+        persist:bool=False, # Keep the cleaned partitions in the cluster's memory between passes (dask spills what does not fit)
     ):
         self.cat_names,self.cont_names,self.mh_names,self.y_names = (L(list(L(o))) for o in (cat_names, cont_names, mh_names, y_names))
         meta = ddf._meta
@@ -221,7 +241,7 @@ class TabularDask:
         if y_block is not None:
             if callable(y_block): y_block = y_block()
             procs = procs + y_block.type_tfms
-        self.ddf,self.splits,self.reduce_memory,self.progress,self.procs = ddf,splits,reduce_memory,progress,Pipeline(procs)
+        self.ddf,self.splits,self.reduce_memory,self.progress,self.persist,self.procs = ddf,splits,reduce_memory,progress,persist,Pipeline(procs)
         if do_setup: self.setup()
 
     @property
@@ -260,17 +280,17 @@ class TabularDask:
         steps = ['rows and types', 'training rows'] + [type(p).__name__ for p in self.procs]
         it = iter(progress_bar(steps, leave=False) if self.progress else steps)
         next(it); prep = self._prepared()
+        if self.persist: prep = self._persisted = prep.persist()
         next(it); train = prep[~prep[_VALID]]
-        conts = list(self.cont_names)
-        cnt = _compute(train[conts].count(), train[_POS].count(), train[conts].min(), train[conts].max()) if conts else \
-              (pd.Series(dtype=float), train[_POS].count().compute(), {}, {})
-        self._train_stats = dict(count=dict(to_pandas(cnt[0])), rows=int(cnt[1]), lo=dict(to_pandas(cnt[2])), hi=dict(to_pandas(cnt[3])))
+        conts,ys = list(self.cont_names),list(self.y_names)
+        cnt = [to_pandas(o) for o in _compute(train[conts+ys].count(), train[_POS].count(), train[conts].min(), train[conts].max())]
+        self._train_stats = dict(count=dict(cnt[0]), rows=int(cnt[1]), lo=dict(cnt[2]), hi=dict(cnt[3]))
         if self._train_stats['rows'] == 0: raise ValueError("the training split is empty: check `splits` (and that the data has rows)")
         if nulls := [n for n in conts if self._train_stats['count'][n] == 0]:
             raise ValueError(f"column {nulls[0]!r} has only missing values in the training split: drop it or fill it first")
-        ys = [n for n in self.y_names]
-        if ys and (k := int(train[ys].isna().sum().sum().compute())):
-            raise ValueError(f"target {ys[0]!r} has {k:,} missing values in the training split: drop those rows or fill them")
+        if k := next((self._train_stats['rows']-self._train_stats['count'][n] for n in ys if self._train_stats['count'][n] < self._train_stats['rows']), 0):
+            raise ValueError(f"target {next(n for n in ys if self._train_stats['count'][n] < self._train_stats['rows'])!r} has {k:,} "
+                             f"missing values in the training split: drop those rows or fill them")
         done = []
         for p,_ in zip(self.procs, it):
             kind = next(k for k in _fitters if isinstance(p, k))
@@ -314,7 +334,7 @@ def to_parquet(self:TabularDask,
     check_writable(self)
     names = self._names
     check_pass_names(pass_names, names, self.ddf.columns)
-    prep = self._prepared(extra=pass_names)
+    prep = self._prepared(extra=pass_names) if pass_names or not self.persist else self._persisted
     procs = list(self.procs)
     out = prep.map_partitions(_processed, procs, names, list(pass_names), meta=_processed(prep._meta, procs, names, list(pass_names)))
     with building(path, overwrite) as tmp:

@@ -37,7 +37,7 @@ def test_epochs_and_shards_on_device():
     assert dls.train.device.type == 'cuda' and dls.one_batch()[0].is_cuda
     e0, e1 = rows(dls.train), rows(dls.train)
     assert len(e0) == len(dls.train) * 1000 and not torch.equal(e0, e1)
-    val = torch.cat([torch.cat([b[0] for b in BatchDataLoader(g.valid, bs=333, rank=r, world_size=3, device='cuda')]) for r in range(3)])
+    val = torch.cat([torch.cat([b[0] for b in BatchDataLoader(g.valid, bs=333, rank=r, world_size=3, seed=0, device="cuda")]) for r in range(3)])
     assert len(val) == len(g.valid) and torch.equal(val.sort(0).values, TabTensors(g.valid, 'cuda').cats.sort(0).values)
 
 def test_host_mode_gives_the_same_batches():
