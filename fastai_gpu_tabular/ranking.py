@@ -25,21 +25,23 @@ def _run_start(new:Tensor)->Tensor:
     return torch.cummax(torch.where(new, pos, 0), 0).values if len(new) else pos
 
 def ranked(preds:Tensor, groups:Tensor)->SimpleNamespace:
-    "Rows sorted by group, then score descending (`o`), with dense group ids `g`, and for each row its tie block's first rank in the group `start`, size `size`, id `blk`, and the row's `slot` in it"
-    uniq,inv = torch.unique(groups, return_inverse=True)
+    "Rows sorted by group, then score descending (`o`), with dense group ids `g` (`G` groups), and for each row its tie block's first rank in the group `start`, size `size`, id `blk`, and the row's `slot` in it"
     o = torch.argsort(preds, descending=True, stable=True)
-    o = o[torch.argsort(inv[o], stable=True)]
-    g,s = inv[o],preds[o]
-    new_blk = _runs(g, s)
+    o = o[torch.argsort(groups[o], stable=True)]
+    gr,s,n = groups[o],preds[o],len(o)
+    new_g,new_blk = _runs(gr),_runs(gr, s)
     bstart,blk = _run_start(new_blk),torch.cumsum(new_blk.long(), 0) - 1
-    return SimpleNamespace(o=o, g=g, G=len(uniq), start=bstart - _run_start(_runs(g)), blk=blk,
-                           size=torch.bincount(blk, minlength=len(o))[blk], slot=torch.arange(len(o), device=o.device) - bstart)
+    size = torch.zeros(n, dtype=torch.long, device=o.device).index_add_(0, blk, torch.ones_like(blk))[blk]
+    return SimpleNamespace(o=o, g=torch.cumsum(new_g.long(), 0) - 1, G=new_g.sum(), start=bstart - _run_start(new_g), blk=blk,
+                           size=size, slot=torch.arange(n, device=o.device) - bstart)
 
-def _per_group(vals:Tensor, r)->Tensor: return torch.zeros(r.G, dtype=vals.dtype, device=vals.device).index_add_(0, r.g, vals)
+def _per_group(vals:Tensor, r)->Tensor:
+    "Sums of `vals` by group (a tensor of one entry a row: groups are fewer, the rest stay 0; no host sync to count them)"
+    return torch.zeros(len(vals), dtype=vals.dtype, device=vals.device).index_add_(0, r.g, vals)
 
-def _mean(score:Tensor, counted:Tensor, empty_as_zero:bool)->Tensor:
-    "Mean of per-group `score` over the `counted` groups (or over all, the others scoring 0)"
-    return torch.where(counted, score, 0.).sum() / (len(score) if empty_as_zero else counted.sum().clamp(min=1))
+def _mean(score:Tensor, counted:Tensor, r, empty_as_zero:bool)->Tensor:
+    "Mean of per-group `score` over the `counted` groups (or over all `r.G`, the others scoring 0)"
+    return torch.where(counted, score, 0.).sum() / (r.G if empty_as_zero else counted.sum()).clamp(min=1)
 
 def recall_at_k(
     preds:Tensor, # Scores: higher ranks first
@@ -54,7 +56,7 @@ def recall_at_k(
     pos = (targs[r.o] > 0).double()
     inside = (k - r.start).clamp(min=0).minimum(r.size).double() / r.size  # the chance that this row is in the top k
     npos = _per_group(pos, r)
-    return _mean(_per_group(pos*inside, r) / npos.clamp(min=1), npos > 0, empty_as_zero)
+    return _mean(_per_group(pos*inside, r) / npos.clamp(min=1), npos > 0, r, empty_as_zero)
 
 def _log_comb(a:Tensor, b:Tensor)->Tensor: return torch.lgamma(a+1) - torch.lgamma(b+1) - torch.lgamma(a-b+1)
 
@@ -66,11 +68,11 @@ def mrr(
     r = ranked(preds, groups)
     pos,n = targs[r.o] > 0,len(r.o)
     p = torch.zeros(n, dtype=torch.float64, device=r.o.device).index_add_(0, r.blk, pos.double())[r.blk]  # positives in the row's block
-    first = torch.full((r.G,), n, dtype=torch.long, device=r.o.device).scatter_reduce_(0, r.g[pos], r.blk[pos], 'amin')
+    first = torch.full((n,), n, dtype=torch.long, device=r.o.device).scatter_reduce_(0, r.g, torch.where(pos, r.blk, n), 'amin')
     t,j = r.size.double(),r.slot.double()+1
     ok = (r.blk == first[r.g]) & (t-j >= p-1)  # the first block holding a positive: its first positive is at slot j
     prob = torch.where(ok, torch.exp(_log_comb((t-j).clamp(min=0), (p-1).clamp(min=0)) - _log_comb(t, p)), 0.)
-    return _mean(_per_group(prob / (r.start+j), r), first < n, empty_as_zero)
+    return _mean(_per_group(prob / (r.start+j), r), first < n, r, empty_as_zero)
 
 def ndcg_at_k(
     preds:Tensor, # Scores: higher ranks first
@@ -89,5 +91,5 @@ def ndcg_at_k(
     io = torch.argsort(gain, descending=True, stable=True)
     io = io[torch.argsort(r.g[io], stable=True)]
     ig,rank = gain[io],torch.arange(len(io), device=dev) - _run_start(_runs(r.g[io]))
-    idcg = torch.zeros(r.G, dtype=torch.float64, device=dev).index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
-    return _mean(dcg / idcg.clamp(min=1e-300), idcg > 0, empty_as_zero)
+    idcg = torch.zeros(len(io), dtype=torch.float64, device=dev).index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
+    return _mean(dcg / idcg.clamp(min=1e-300), idcg > 0, r, empty_as_zero)

@@ -58,3 +58,14 @@ def test_k_below_one_is_refused():
     x = torch.ones(3)
     with pytest.raises(ValueError, match='`k`'): recall_at_k(x, x, x.long(), 0)
     with pytest.raises(ValueError, match='`k`'): ndcg_at_k(x, x, x.long(), 0)
+
+@pytest.mark.gpu
+def test_the_same_on_the_gpu_without_a_host_sync():
+    rng = np.random.default_rng(1)
+    n = 100_000
+    P, T, G = (torch.tensor(a) for a in (rng.integers(0, 50, n).astype(float), rng.integers(0, 3, n), rng.integers(0, 5_000, n) + 2**62))
+    cpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10)]
+    torch.cuda.set_sync_debug_mode('error')  # computed on the device, read only at the end
+    try: gpu = [mrr(P.cuda(), T.cuda(), G.cuda()), recall_at_k(P.cuda(), T.cuda(), G.cuda(), 20), ndcg_at_k(P.cuda(), T.cuda(), G.cuda(), 10)]
+    finally: torch.cuda.set_sync_debug_mode('default')
+    np.testing.assert_allclose([float(o) for o in gpu], [float(o) for o in cpu], rtol=1e-9)
