@@ -74,7 +74,7 @@ def nans_to_nulls(df):
     "`df` with float NaNs as missing values: a no-op on pandas, where they already are; on cuDF, where they are not"
     return df.nans_to_nulls() if is_cudf(df) else df
 
-def new_frame(cols:dict, like=None, gpu:bool|None=None):
+def new_frame(cols:dict, like:pd.DataFrame|None=None, gpu:bool|None=None):
     "A frame of `cols` (numpy or cupy arrays, series) on `like`'s backend, or cuDF if `gpu`; NaNs become missing values"
     lib = df_lib(like) if like is not None else importlib.import_module('cudf') if ifnone(gpu, gpu_available()) else pd
     return nans_to_nulls(lib.DataFrame(cols))

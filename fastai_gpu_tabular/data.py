@@ -5,7 +5,7 @@
 # %% ../nbs/03_data.ipynb #8b85801b
 from __future__ import annotations
 import time
-import numpy as np
+import numpy as np, pandas as pd
 from fastcore.all import *
 from fastai.data.block import CategoryBlock
 from .backend import *
@@ -77,13 +77,13 @@ def movielens_sample(gpu:bool|None=False):
     return to_backend(df.assign(genres=df['genres'].astype(str)), gpu)
 
 # %% ../nbs/03_data.ipynb #717a3304
-def movielens_tabular(df=None, procs=(Categorify, FillMissing, Normalize), valid_pct:float=0.2, seed:int=42, **kwargs):
+def movielens_tabular(df:pd.DataFrame|None=None, procs=(Categorify, FillMissing, Normalize), valid_pct:float=0.2, seed:int=42, **kwargs):
     "`TabularGPU` of the MovieLens sample (or `df` with its columns) with a random split"
     df = ifnone(df, movielens_sample(gpu_available()))
     return TabularGPU(df, procs=list(procs), splits=random_splits(len(df), valid_pct, seed), y_block=CategoryBlock(), **ML_SCHEMA, **kwargs)
 
-def synth_tabular(df=None, # `synth_movielens` rows (default: 1M of them, on the GPU where there is one)
-    procs=(Categorify, FillMissing, Normalize), splits=None, # Default: `random_splits` of `valid_pct` with `seed`
+def synth_tabular(df:pd.DataFrame|None=None, # `synth_movielens` rows (default: 1M of them, on the GPU where there is one)
+    procs=(Categorify, FillMissing, Normalize), splits:tuple|None=None, # Default: `random_splits` of `valid_pct` with `seed`
     mh:bool=False, # Use the genres as a multi-hot column
     valid_pct:float=0.2, seed:int=42, **kwargs):
     "`TabularGPU` of synthetic ratings with the benchmark schema: the one recipe of the benchmarks, tests and examples"

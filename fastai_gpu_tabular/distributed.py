@@ -83,7 +83,7 @@ class Checkpoint(Callback):
     def __init__(self,
         path, # Checkpoint file to write
         every:int|None=None, # Training batches between two checkpoints (default: at the end of each epoch only)
-        resume=None, # Checkpoint file to start from
+        resume:str|Path|None=None, # Checkpoint file to start from
     ): store_attr()
 
     def before_fit(self):

@@ -155,7 +155,7 @@ class BatchDataLoader(TfmdDL):
         host:bool=False, # Keep the data in pinned host memory, gather there and copy each batch to the device
         mh_width:int|str|None=None, # Multi-hot batches padded to this many codes a row ('max': the longest row), else (values, offsets)
         min_share:int|None=None, # Fewest rows of a rank's share of the last batch, else it is dropped (default: 2 if `shuffle`, else 0)
-        after_batch=None, # Batch transforms, after `ReadTabBatchGPU`
+        after_batch:list|None=None, # Batch transforms, after `ReadTabBatchGPU`
         **kwargs
     ):
         if not (mh_width is None or mh_width=='max' or isinstance(mh_width, int) and mh_width >= 0):

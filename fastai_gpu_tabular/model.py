@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastai.tabular.all import *
 
 # %% auto #0
-__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'FastTabularModel']
+__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'FastTabularModel', 'layer_info']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -127,3 +127,14 @@ class FastTabularModel(TabularModelMH):
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
         return self.layers(x)
+
+# %% ../nbs/04b_model.ipynb #0b2007b2
+import fastai.callback.hook as _hook
+_fai_layer_info = _hook.layer_info
+
+def layer_info(learn, *xb):
+    "fastai's `layer_info`, plus the layers with parameters that the forward pass uses without calling them"
+    infos = _fai_layer_info(learn, *xb)
+    return [o if o is not None or not hasattr(m, 'weight') else (type(m).__name__, *total_params(m), torch.Size([1, m.weight.shape[-1]]), False)
+            for m,o in zip(flatten_model(learn.model), infos)]
+_hook.layer_info = layer_info  # `Learner.summary` (fastai's `module_summary`) looks it up there

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json, os, shutil, uuid, warnings
 from contextlib import contextmanager
+from typing import Callable
 from pathlib import Path
 from fastai.tabular.core import *
 from fastai.tabular.core import Pipeline, CollBase, CategoryMap, display_df
@@ -33,7 +34,7 @@ def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y
         for n in ns:
             if n in cols: continue
             if kind=='y_names' and not need_y: continue
-            if kind=='cat_names' and isinstance(n, str) and n.endswith('_na') and n[:-3] in names['cont_names']: continue  # made by `FillMissing`
+            if kind=='cat_names' and _made_by_fill(n, names['cont_names'], df): continue
             hint = ("pass a frame that has the target, or leave `y_names` empty" if kind=='y_names' else
                     f"remove it from `{kind}` or add it to the frame")
             raise ValueError(f"column {n!r} (in `{kind}`) is not in the frame: {hint}. Columns: {sorted(map(str,cols))[:20]}")
@@ -51,6 +52,10 @@ def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y
     names = list(names['cat_names']+names['cont_names']+names['mh_names'])
     dup = [n for n in names if names.count(n)>1]
     if dup: raise ValueError(f"column {dup[0]!r} is in more than one of `cat_names`, `cont_names`, `mh_names`: keep it in one")
+
+def _made_by_fill(n, cont_names, df)->bool:
+    "Is `n` a `{cont}_na` column that `FillMissing` makes (and `df` lacks)? fastai's `TabularPandas` appends them to `cat_names`"
+    return isinstance(n, str) and n.endswith('_na') and n[:-3] in L(cont_names) and n not in df.columns
 
 def check_targets(df, y_names):
     "Raise a `ValueError` naming a target column with missing values, and how many"
@@ -79,7 +84,7 @@ def _our_proc(p):
     return _ours[type(p)]() if type(p) in _ours and type(p)!=_FaiFillMissing else p
 
 # %% ../nbs/02_tabular.ipynb #e95babed
-def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like=None)->tuple:
+def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like:pd.DataFrame|None=None)->tuple:
     "(train, valid) row positions: a random `valid_pct` of `n` rows for validation, on `like`'s device if given"
     perm = np.random.RandomState(seed).permutation(n)
     cut = int(valid_pct*n)
@@ -118,19 +123,20 @@ class TabularGPU(TabularPandas):
     _dl_type,_dbunch_type = _LoaderType(),TabularDataLoaders
     def __init__(self,
         df, # cuDF or pandas DataFrame; cuDF runs the procs on the GPU
-        procs=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
-        cat_names=None, # Categorical columns
-        cont_names=None, # Continuous columns
-        y_names=None, # Target column(s)
-        y_block=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
-        splits=None, # (train, valid) row positions (lists, ranges or arrays), or a splitter such as `RandomRowSplit` or `ColSplitter`
+        procs:list|None=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
+        cat_names:list|None=None, # Categorical columns
+        cont_names:list|None=None, # Continuous columns
+        y_names:str|list|None=None, # Target column(s)
+        y_block:TransformBlock|None=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
+        splits:tuple|Callable|None=None, # (train, valid) row positions (lists, ranges or arrays), or a splitter such as `RandomRowSplit` or `ColSplitter`
         do_setup:bool=True, # Fit the procs on the training split and apply them
-        device=None, # Device of the batches
+        device:str|None=None, # Device of the batches (a `torch.device` or its name)
         inplace:bool=False, # Work on `df` itself instead of a copy
         reduce_memory:bool=True, # Shrink numeric dtypes (strings stay strings: vocabularies come from the training split)
-        mh_names=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
+        mh_names:list|None=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
     ):
         check_names(df, cat_names, cont_names, mh_names, y_names, need_y=do_setup, check_types=do_setup)
+        if do_setup: cat_names = [n for n in L(cat_names) if not _made_by_fill(n, cont_names, df)]  # a list fastai appended to
         if callable(splits): splits = splits(df if isinstance(splits, RandomRowSplit) else to_pandas(df))  # fastai's splitters want pandas
         if splits is not None:
             splits = [as_index_array(s, df) for s in splits]
@@ -346,7 +352,7 @@ def building(path, overwrite:bool=False):
     if path.exists(): shutil.rmtree(path)
     os.replace(tmp, path)
 
-def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed=None):
+def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed:int|None=None):
     "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"
     splits = {k: dict(rows=sum(p['rows'] for p in ps if p), files=[f"{k}/{p['file']}" for p in ps if p]) for k,ps in parts.items()}
     info = dict(format=PROCESSED_FORMAT, **splits, columns=dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names)),

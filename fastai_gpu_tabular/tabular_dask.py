@@ -4,7 +4,8 @@
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
-import functools, json, math, os, shutil, uuid
+import functools, math
+from typing import Callable
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.all import *
@@ -26,7 +27,7 @@ def dask_client(
     n_workers:int|None=None, # Workers (default: one per GPU; 2 on a CPU)
     gpu:bool|None=None, # A `LocalCUDACluster` of dask-cuda (default: when a GPU and cuDF are there), else a `LocalCluster`
     device_memory_limit='default', # Each GPU worker spills to host memory beyond this (dask-cuda's setting)
-    rmm_pool_size=None, # An RMM pool per GPU worker, e.g. '20GB': cuDF allocates from it
+    rmm_pool_size:str|int|None=None, # An RMM pool per GPU worker, e.g. '20GB': cuDF allocates from it
     memory_limit='auto', # Host memory of each worker, beyond which it spills to disk
     **kwargs # More arguments for the cluster
 ):
@@ -215,13 +216,13 @@ class TabularDask:
     "fastai's `TabularPandas` flow over a dask DataFrame (dask_cudf partitions on GPUs): the same procs, fitted exactly across partitions"
     def __init__(self,
         ddf, # dask DataFrame, e.g. `dd.read_parquet(...)` (dask_cudf's on GPUs)
-        procs=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
-        cat_names=None, cont_names=None, y_names=None, # Column names, as in fastai
-        y_block=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
-        splits=None, # `RandomRowSplit(valid_pct, seed)`, fastai's `ColSplitter(col)`, or None: every row trains
+        procs:list|None=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
+        cat_names:list|None=None, cont_names:list|None=None, y_names:str|list|None=None, # Column names, as in fastai
+        y_block:TransformBlock|None=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
+        splits:RandomRowSplit|Callable|None=None, # `RandomRowSplit(valid_pct, seed)`, fastai's `ColSplitter(col)`, or None: every row trains
         do_setup:bool=True, # Fit the procs on the training rows
         reduce_memory:bool=True, # Shrink numeric dtypes as `TabularGPU` does (from the min and max over every partition)
-        mh_names=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
+        mh_names:list|None=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
         progress:bool=True, # A progress bar over the passes
         persist:bool=False, # Keep the cleaned partitions in the cluster's memory between passes (dask spills what does not fit)
     ):
@@ -276,7 +277,6 @@ class TabularDask:
 
     def setup(self):
         "Fit the procs on the training rows, pass by pass (a progress bar shows them): the state `TabularGPU` would fit"
-        from dask import delayed
         steps = ['rows and types', 'training rows'] + [type(p).__name__ for p in self.procs]
         it = iter(progress_bar(steps, leave=False) if self.progress else steps)
         next(it); prep = self._prepared()
