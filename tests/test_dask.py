@@ -189,3 +189,13 @@ TabularDask(dd.read_parquet({str(tmp_path/'in.parquet')!r}, split_row_groups=Tru
     TabularGPU(df, procs=PROCS, cat_names=['userId', 'movieId'], cont_names=['days', 'year'], y_names='target', y_block=CategoryBlock(),
                splits=RandomRowSplit(0.2, 3)).to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'out')
+
+def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
+    script = ("from fastai_gpu_tabular.tabular_dask import dask_client\n"
+              "c = dask_client(n_workers=1, gpu=False)\n"
+              "print('workers', len(c.scheduler_info()['workers']), 'same', dask_client() is c)\n"
+              "c.close(); c.cluster.close()")
+    r = subprocess.run([sys.executable, '-c', f"if __name__ == '__main__':\n" + '\n'.join('    '+l for l in script.split('\n'))],
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'dask dashboard: http' in r.stdout and 'workers 1 same True' in r.stdout
