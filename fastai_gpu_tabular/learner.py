@@ -48,3 +48,14 @@ def tabular_learner(dls, layers=None, emb_szs=None, config=None, n_out=None, y_r
     model = (FastTabularModel if fast else TabularModelMH)(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                            mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range, **config)
     return TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
+
+# %% ../nbs/05_learner.ipynb #d31464e2
+@patch
+def __getitem__(self:Interpretation, idxs):
+    "fastai's: inputs, predictions, targets, decoded outputs and losses at `idxs`; a `BatchDataLoader`'s rows are not processed again"
+    if isinstance(idxs, Tensor): idxs = idxs.tolist()
+    if not is_listy(idxs): idxs = [idxs]
+    items = getattr(self.dl.items, 'iloc', L(self.dl.items))[idxs]
+    tmp_dl = self.learn.dls.test_dl(items, with_labels=True, process=not isinstance(self.dl, (TabDataLoader, BatchDataLoader)))
+    inps,preds,targs,decoded = self.learn.get_preds(dl=tmp_dl, with_input=True, with_loss=False, with_decoded=True, act=self.act, reorder=False)
+    return inps, preds, targs, decoded, self.losses[idxs]

@@ -293,3 +293,23 @@ def from_gpu_df(cls:TabularDataLoaders,
     else: splits = (np.setdiff1d(np.arange(len(df)), np.asarray(valid_idx)), np.asarray(valid_idx))
     to = TabularGPU(df, procs, cat_names, cont_names, y_names, y_block=y_block, splits=splits, mh_names=mh_names)
     return to.dataloaders(path=path, seed=seed, **kwargs)
+
+@patch(cls_method=True)
+@delegates(TabularDataLoaders.from_gpu_df)
+def from_gpu_csv(cls:TabularDataLoaders,
+    csv, # A .csv file, read by cuDF on a GPU machine (pandas elsewhere); fastai's `from_csv` reads it with pandas
+    gpu:bool|None=None, # Read with cuDF (default: when a GPU and cuDF are there)
+    **kwargs
+):
+    "fastai's `from_csv` on the GPU: `DataLoaders` of `BatchDataLoader`s from a CSV file, processed on its backend"
+    return cls.from_gpu_df(read_frame(csv, gpu), **kwargs)
+
+@patch(cls_method=True)
+@delegates(TabularDataLoaders.from_gpu_df)
+def from_gpu_parquet(cls:TabularDataLoaders,
+    path_or_file, # A .parquet file, read by cuDF on a GPU machine (pandas elsewhere)
+    gpu:bool|None=None, # Read with cuDF (default: when a GPU and cuDF are there)
+    **kwargs
+):
+    "`DataLoaders` of `BatchDataLoader`s from a parquet file, processed on its backend (fastai has no `from_parquet`)"
+    return cls.from_gpu_df(read_frame(path_or_file, gpu), **kwargs)

@@ -99,6 +99,8 @@ def main(
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
     device,world,out = state.device,max(num_distrib(), 1),Path(out)
     gpu = device.type=='cuda' and gpu_available()
+    if precision != 'fp32' and device.type != 'cuda':
+        warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
     if deterministic:
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
@@ -125,7 +127,7 @@ def main(
     save_procs(to, out/'procs')
     vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:])
     res = {k: float(v) for k,v in vals if v is not None}
-    res.update(world_size=world, bs=bs, lr=lr, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
+    res.update(world_size=world, bs=bs, lr=lr, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
                prep_s=t1-t0, device=str(device))
     (out/'metrics.json').write_text(json.dumps(res, indent=1))
     print(f"{world} process(es) on {device.type}: " + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names) +

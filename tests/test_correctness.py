@@ -174,3 +174,7 @@ def test_fgt_train_resume_keeps_a_finished_run_and_warns_on_another_bs(tmp_path,
     assert _run(tmp_path, resume=True) is None and 'finished run' in capsys.readouterr().out
     assert (out/'metrics.json').read_text() == before
     with pytest.warns(UserWarning, match='bs=256 on 1 process.*bs=128'): _run(tmp_path, resume=True, epochs=2, bs=128)
+
+def test_fgt_train_precision_on_a_cpu_warns_and_is_recorded(tmp_path):
+    with pytest.warns(UserWarning, match="'bf16' has no effect on the CPU"): _run(tmp_path, precision='bf16')
+    assert json.loads((tmp_path/'run'/'metrics.json').read_text())['precision'] == 'fp32'
