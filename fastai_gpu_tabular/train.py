@@ -7,41 +7,16 @@ from __future__ import annotations
 import json, time
 from fastai.tabular.all import *
 from fastai.distributed import *
-from .backend import gpu_available, read_frame
+from .backend import gpu_available
 from .procs import Categorify, FillMissing, Normalize
-from .tabular import TabularGPU, save_procs, random_splits
-from .data import synth_movielens, movielens_sample, BENCH_SCHEMA, BENCH_MH, ML_SCHEMA
+from .tabular import TabularGPU, save_procs, RandomRowSplit
+from .data import read_data
 from .learner import tabular_learner
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 
 # %% auto #0
-__all__ = ['read_data', 'TrainTimer', 'main']
-
-# %% ../nbs/08_train.ipynb #2e73e81b
-def _names(s): return [o for o in s.split(',') if o] if isinstance(s, str) else list(ifnone(s, []))
-
-def read_data(
-    data:str, # 'synth', 'movielens', or a .parquet / .csv file
-    rows:int=1_000_000, # Rows of 'synth'
-    gpu:bool=False, # Read into cuDF
-    seed:int=42, # Seed of 'synth'
-    **names # cat_names, cont_names, mh_names, y_names: comma-separated strings or lists, for a file (or to override)
-)->tuple:
-    "(frame, column names) of `data`"
-    if data=='synth': df,cols = synth_movielens(rows, seed=seed, gpu=gpu),dict(BENCH_SCHEMA, mh_names=BENCH_MH)
-    elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)
-    else:
-        p = Path(data)
-        if not p.exists(): raise FileNotFoundError(f"`data`: no file {data!r}; give a .parquet or .csv file, 'synth' or 'movielens'")
-        if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"`data`: {data!r} is neither .parquet nor .csv")
-        df,cols = read_frame(p, gpu),{}
-    cols.update({k: _names(v) for k,v in names.items() if v})
-    cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
-    if not cols['y_names']: raise ValueError("`y_names`: name the target column")
-    missing = [c for v in cols.values() for c in v if c not in df.columns]
-    if missing: raise ValueError(f"columns {missing} are not in {data!r}; it has {list(df.columns)}")
-    return df,cols
+__all__ = ['TrainTimer', 'main']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 class TrainTimer(Callback):
@@ -64,7 +39,7 @@ def main(
     y_names:str=None, # Target column
     y_block:str='category', # 'category' (classification) or 'regression'
     rows:int=1_000_000, # Rows of 'synth'
-    valid_pct:float=0.2, # Random validation share
+    valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
     layers:str='512,256', # Hidden layer sizes, comma-separated
     bs:int=1024, # Batch size of each process
     lr:float=None, # Maximum learning rate (default: `large_batch_lr` from 5e-3 at 1,024 for all processes' batch)
@@ -106,7 +81,7 @@ def main(
     set_seed(seed)
     t0 = time.perf_counter()
     df,cols = read_data(data, rows, gpu, seed, cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df), valid_pct, seed),
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
                     y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
     del df
     dls = to.dataloaders(bs=bs, seed=seed, device=device)

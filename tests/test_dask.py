@@ -199,3 +199,11 @@ def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'dask dashboard: http' in r.stdout and 'workers 1 same True' in r.stdout
+
+def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp_path):
+    from fastai_gpu_tabular.data import main as prep
+    flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)
+    args = dict(cat_names='carrier,origin,dest', cont_names='distance,dep_delay', y_names='late', pass_names='flight', cpu=True)
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), **args)
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, **args)
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')

@@ -88,6 +88,6 @@ def test_saved_state_from_gpu_applies_on_pandas(tmp_path):
     for n in p.cat_names + ['target']: np.testing.assert_array_equal(again.items[n].to_numpy(), p.items[n].iloc[:len(p.train)].to_numpy())
     assert b'cudf' not in pickle.dumps(g.new_empty())
 
-def test_main_job_on_gpu(capsys):
-    main(data='synthetic', rows=100_000)
-    assert 'cuDF (GPU)' in capsys.readouterr().out
+def test_main_job_on_gpu(capsys, tmp_path):
+    main(data='synth', rows=100_000, out=str(tmp_path/'proc'))
+    assert 'cuDF (GPU)' in capsys.readouterr().out and (tmp_path/'proc'/'dataset.json').exists()
