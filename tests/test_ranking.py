@@ -65,7 +65,8 @@ def test_the_same_on_the_gpu_without_a_host_sync():
     n = 100_000
     P, T, G = (torch.tensor(a) for a in (rng.integers(0, 50, n).astype(float), rng.integers(0, 3, n), rng.integers(0, 5_000, n) + 2**62))
     cpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10)]
+    P, T, G = P.cuda(), T.cuda(), G.cuda()
     torch.cuda.set_sync_debug_mode('error')  # computed on the device, read only at the end
-    try: gpu = [mrr(P.cuda(), T.cuda(), G.cuda()), recall_at_k(P.cuda(), T.cuda(), G.cuda(), 20), ndcg_at_k(P.cuda(), T.cuda(), G.cuda(), 10)]
+    try: gpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10)]
     finally: torch.cuda.set_sync_debug_mode('default')
     np.testing.assert_allclose([float(o) for o in gpu], [float(o) for o in cpu], rtol=1e-9)
