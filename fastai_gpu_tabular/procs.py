@@ -99,7 +99,7 @@ class Categorify(_FaiCategorify):
 
     def _like_training(self, n, s):
         "`s` converted to the kind of `n`'s training values (numbers or strings) when most of it is unseen for want of it"
-        kinds = {isinstance(v, str) for v in self.vocab[n]}
+        kinds = self._cached(n)[1]
         if len(kinds) != 1 or not len(s) or (s.dtype.kind in 'biuf') == (kinds == {False}): return s  # same kind, or mixed
         if (unseen := self._unseen(n, s)) <= 0.5: return s
         conv = as_kind(s, 'str' if kinds == {True} else 'num')  # exact: None unless every value converts
@@ -109,13 +109,16 @@ class Categorify(_FaiCategorify):
                            f"Give the column the training type (e.g. `.astype(...)`)")
         return s
 
-    def _array(self, n):
-        "`vocab[n]` as a numpy array if numeric, made once (the plain list is what is saved)"
+    def _cached(self, n)->tuple:
+        "(`vocab[n]` as a numpy array if numeric, its kinds: {is a string}), made once per vocabulary (the plain list is what is saved)"
         c = self.__dict__.setdefault('_arrays', {})
         if n not in c or c[n][0] is not self.vocab[n]:
             a = np.asarray(self.vocab[n])
-            c[n] = (self.vocab[n], a if a.dtype.kind in 'biuf' else self.vocab[n])
-        return c[n][1]
+            num = a.dtype.kind in 'biuf'
+            c[n] = (self.vocab[n], a if num else self.vocab[n], {False} if num and len(a) else {isinstance(v, str) for v in self.vocab[n]})
+        return c[n][1:]
+
+    def _array(self, n): return self._cached(n)[0]
 
     def encodes(self, to):
         for n in to.cat_names:

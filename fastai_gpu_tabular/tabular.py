@@ -20,9 +20,9 @@ from .backend import *
 from .procs import *
 
 # %% auto #0
-__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_targets', 'clean_conts', 'random_splits', 'RandomRowSplit',
-           'TabularGPU', 'check_writable', 'save_procs', 'load_procs', 'processed_frame', 'write_part',
-           'check_pass_names', 'building', 'write_dataset_info']
+__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_cont_dtypes', 'check_targets', 'clean_conts',
+           'random_splits', 'RandomRowSplit', 'TabularGPU', 'check_writable', 'save_procs', 'load_procs',
+           'processed_frame', 'write_part', 'check_pass_names', 'building', 'write_dataset_info']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
 _KINDS = ('cat_names', 'cont_names', 'mh_names')
@@ -42,11 +42,7 @@ def check_names(df, cat_names=(), cont_names=(), mh_names=(), y_names=(), need_y
         for kind,ns in names.items():
             if n in ns: raise ValueError(f"column {n!r} is the target (`y_names`) and also in `{kind}`: the model would read its own "
                                          f"answer; remove it from `{kind}`")
-    for n in names['cont_names'] if len(df) and check_types else []:
-        dt = df[n].dtype
-        if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)):
-            raise ValueError(f"continuous column {n!r} has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
-                             f"or move it to `cat_names`")
+    if len(df) and check_types: check_cont_dtypes({n: df[n].dtype for n in names['cont_names']})
     for n in names['cat_names'] if len(df) and check_types else []:
         if n in cols and is_list_column(df[n]): raise ValueError(f"categorical column {n!r} holds lists: pass it in `mh_names` (multi-hot)")
     names = list(names['cat_names']+names['cont_names']+names['mh_names'])
@@ -57,12 +53,18 @@ def _made_by_fill(n, cont_names, df)->bool:
     "Is `n` a `{cont}_na` column that `FillMissing` makes (and `df` lacks)? fastai's `TabularPandas` appends them to `cat_names`"
     return isinstance(n, str) and n.endswith('_na') and n[:-3] in L(cont_names) and n not in df.columns
 
-def check_targets(df, y_names):
-    "Raise a `ValueError` naming a target column with missing values, and how many"
-    for n in L(y_names):
-        if n in df.columns and (k := int(df[n].isna().sum())):
-            raise ValueError(f"target {n!r} has {k:,} missing values in {len(df):,} rows: drop those rows "
-                             f"(`df.dropna(subset=[{n!r}])`) or fill them before building the `TabularGPU`")
+def check_cont_dtypes(dtypes:dict):
+    "Raise a `ValueError` naming a continuous column (of `dtypes`: name → dtype) that does not hold numbers"
+    for n,dt in dtypes.items():
+        if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)):
+            raise ValueError(f"continuous column {n!r} has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
+                             f"or move it to `cat_names`")
+
+def check_targets(n_missing:dict, rows:int):
+    "Raise a `ValueError` naming a target column with missing values (`n_missing`: target → count among `rows`), and how many"
+    for n,k in n_missing.items():
+        if k: raise ValueError(f"target {n!r} has {k:,} missing values in {rows:,} rows: drop those rows "
+                               f"(`df.dropna(subset=[{n!r}])`) or fill them first")
 
 def clean_conts(df, cont_names):
     "`df` with float NaNs as missing values, and ±inf in continuous columns as missing too (with a warning per column)"
@@ -160,7 +162,7 @@ class TabularGPU(TabularPandas):
 
     def setup(self):
         if self.split==0: raise ValueError("the training split is empty: pass `splits` whose first part has rows")
-        check_targets(self.items, self.y_names)
+        check_targets({n: int(self.items[n].isna().sum()) for n in self.y_names if n in self.items.columns}, len(self.items))
         tr = self.items.iloc[:self.split]
         nulls = to_pandas(tr[list(self.cat_names+self.cont_names+self.mh_names)].isna().all())
         if nulls.any(): raise ValueError(f"column '{nulls[nulls].index[0]}' has only missing values in the training split: "

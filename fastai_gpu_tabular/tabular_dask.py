@@ -229,9 +229,7 @@ class TabularDask:
         self.cat_names,self.cont_names,self.mh_names,self.y_names = (L(list(L(o))) for o in (cat_names, cont_names, mh_names, y_names))
         meta = ddf._meta
         check_names(meta, self.cat_names, self.cont_names, self.mh_names, self.y_names, check_types=False)
-        for n in self.cont_names:
-            if not (pd.api.types.is_numeric_dtype(meta[n].dtype) or pd.api.types.is_bool_dtype(meta[n].dtype)):
-                raise ValueError(f"continuous column {n!r} has dtype {meta[n].dtype}, not numbers: convert it or move it to `cat_names`")
+        check_cont_dtypes({n: meta[n].dtype for n in self.cont_names})
         if splits is not None and not isinstance(splits, RandomRowSplit):
             if (cs := _col_splitter(splits)) is None: raise ValueError("`splits` of `TabularDask` is a `RandomRowSplit` or fastai's `ColSplitter`")
             if cs[0] not in meta.columns: raise ValueError(f"column {cs[0]!r} (of `ColSplitter`) is not in the frame")
@@ -270,7 +268,6 @@ class TabularDask:
                      for k,f in (('lo',min), ('hi',max)))
             if self.reduce_memory: lay['types'].update(shrink_types({n: raw[n].dtype for n in new if n not in self.mh_names}, lo, hi))
             lay['offsets'],lay['cols'] = np.cumsum([0]+[s['n'] for s in sums]).tolist(),lay['cols']+new
-        lay = self._layout
         types = {n: t for n,t in lay['types'].items() if n in cols}
         meta = _prepare(raw._meta, list(self.cont_names), types, self.splits, lay['offsets'])
         return raw.map_partitions(_prepare, list(self.cont_names), types, self.splits, lay['offsets'], meta=meta)
@@ -288,9 +285,7 @@ class TabularDask:
         if self._train_stats['rows'] == 0: raise ValueError("the training split is empty: check `splits` (and that the data has rows)")
         if nulls := [n for n in conts if self._train_stats['count'][n] == 0]:
             raise ValueError(f"column {nulls[0]!r} has only missing values in the training split: drop it or fill it first")
-        if k := next((self._train_stats['rows']-self._train_stats['count'][n] for n in ys if self._train_stats['count'][n] < self._train_stats['rows']), 0):
-            raise ValueError(f"target {next(n for n in ys if self._train_stats['count'][n] < self._train_stats['rows'])!r} has {k:,} "
-                             f"missing values in the training split: drop those rows or fill them")
+        check_targets({n: self._train_stats['rows']-self._train_stats['count'][n] for n in ys}, self._train_stats['rows'])
         done = []
         for p,_ in zip(self.procs, it):
             kind = next(k for k in _fitters if isinstance(p, k))
