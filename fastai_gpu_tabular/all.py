@@ -19,5 +19,6 @@ from .ranking import mrr, ndcg_at_k, recall_at_k
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs, use_rank_gpu
 from .tabular_dask import TabularDask, dask_client
+from .stream import ParquetDataLoader, ProcessedSplit, is_processed
 # nbdev writes `__all__ = []` for a module that only imports: re-export every public name
 __all__ = [o for o in dir() if not o.startswith('_')]

@@ -16,7 +16,7 @@ from fastai.data.transforms import Categorize
 
 # %% auto #0
 __all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'bag_batch_padded', 'bag_width',
-           'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader']
+           'cat_batches', 'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
@@ -27,7 +27,7 @@ def _block(df, names, dtype):
     "Columns `names` of `df` as one contiguous (rows, columns) tensor on `df`'s device: a single copy"
     if not len(names): return torch.zeros(len(df), 0, dtype=dtype, device='cuda' if is_cudf(df) else 'cpu')
     if not is_cudf(df):
-        np_dtype = {torch.int64: np.int64, torch.float32: np.float32}[dtype]
+        np_dtype = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}[dtype]
         return torch.from_numpy(np.stack([df[n].to_numpy(np_dtype) for n in names], 1))
     return torch.stack([col_tensor(df[n]).to(dtype) for n in names], 1)
 
@@ -107,6 +107,14 @@ def bag_batch_padded(values:Tensor, offsets:Tensor, idx:Tensor, width:int)->tupl
 def bag_width(offsets:Tensor)->int:
     "The longest row of a multi-hot column with `offsets` (0 for no rows)"
     return int((offsets[1:]-offsets[:-1]).max()) if len(offsets) > 1 else 0
+
+def cat_batches(a:tuple, b:tuple)->tuple:
+    "Batch `a`'s rows then batch `b`'s, both of one layout: a batch that straddles two chunks of a streamed epoch"
+    def _cat(x, y):
+        if isinstance(x, Tensor): return torch.cat([x, y])
+        if x[0].ndim==2: return torch.cat([x[0], y[0]]), torch.cat([x[1], y[1]])  # padded multi-hot: (codes, lengths)
+        return torch.cat([x[0], y[0]]), torch.cat([x[1], y[1]+len(x[0])])        # (values, start offsets)
+    return tuple(_cat(x, y) if isinstance(x, Tensor) else tuple(_cat(*p) for p in zip(x, y)) for x,y in zip(a, b))
 
 # %% ../nbs/04_loader.ipynb #5d31c4de
 def last_shares(
@@ -213,7 +221,7 @@ class BatchDataLoader(TfmdDL):
     def create_batch(self, idx:Tensor, t:TabTensors|None=None):
         "The batch of rows `idx`: (cats, conts[, multi-hot], ys) gathered from the tensors `t` (default: `tensors()`)"
         t = ifnone(t, self.tensors())
-        b = (t.cats[idx], t.conts[idx])
+        b = (t.cats[idx].long(), t.conts[idx])  # codes may be stored narrower (int32 in a streamed chunk)
         if t.mh:
             bags = zip(t.mh.values(), self.mh_widths(t))
             b += (tuple(bag_batch(*vo, idx) if w is None else bag_batch_padded(*vo, idx, w) for vo,w in bags),)
@@ -232,17 +240,20 @@ class BatchDataLoader(TfmdDL):
             self._mh_widths = [n if self.mh_width=='max' else self.mh_width for n in longest.values()]
         return self._mh_widths
 
+    def batches(self):
+        "This rank's batches of the current epoch, from batch `skip` on (which goes back to 0)"
+        t = self.tensors()
+        idxs,self.skip = self.batch_idxs(self.order())[self.skip:],0
+        batches = (self.create_batch(idx, t) for idx in idxs)
+        return _prefetch(batches, self.device) if self.host else batches
+
     def __iter__(self):
         if self.n and not len(self) and (self.shuffle or self.drop_last): raise ValueError(
             f"this training loader has no batches: {self.n:,} rows, `bs`={self.bs:,} on each of {self.world_size} rank(s), "
             f"`drop_last`={self.drop_last}: use a `bs` of at most {max(self.n//(2*self.world_size), 1):,}")
         self.before_iter()
-        t = self.tensors()
-        idxs,self.skip = self.batch_idxs(self.order())[self.skip:],0
-        batches = (self.create_batch(idx, t) for idx in idxs)
-        if self.host: batches = _prefetch(batches, self.device)
         tfm = self.after_batch if [type(f) for f in self.after_batch.fs] != [ReadTabBatchGPU] else noop  # skip an identity pipeline
-        for b in batches: yield tfm(b)
+        for b in self.batches(): yield tfm(b)
         self.after_iter()
         if self.shuffle: self.epoch += 1
 

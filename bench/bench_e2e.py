@@ -1,0 +1,113 @@
+"""End to end, from a parquet file to a validation AUC: stock fastai, stock fastai under `cudf.pandas`, and ours.
+
+    python bench/bench_e2e.py --rows 25000000
+
+The file is 25M MovieLens-shaped rows (`synth_movielens`, the benchmark schema) written by pandas, as a user would have it.
+Each path runs twice in one process, after the imports: the first run is cold (CUDA context, cuDF and Triton compilation
+included), the second warm. Phases, in seconds: read, procs, loaders and model, training, validation AUC.
+  - fastai: pandas, `TabularPandas` (fastai's procs), `TabDataLoader`, fastai's Adam, batch 4,096, one epoch of
+    `fit_one_cycle`; its AUC is the bar.
+  - fastai under `python -m cudf.pandas` (the same function, in a subprocess: `--path fastai`).
+  - ours: cuDF, `TabularGPU`, `BatchDataLoader`, `FastTabularModel`, `ForeachLamb` with `ExcludeEmbeddings`, bf16, batch
+    `--bs`, `fit_one_cycle` for 1, 2, ... epochs until the AUC is within 0.002 of fastai's (the epochs are reported).
+The same file and the same split (`random_splits`) for all. Targets: ours <= 5 s warm; >= 20x fastai; >= 5x cudf.pandas."""
+import argparse, json, os, subprocess, sys, time, warnings
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from common import sync, report
+import numpy as np, pandas as pd, torch
+
+p = argparse.ArgumentParser()
+p.add_argument('--rows', type=int, default=25_000_000)
+p.add_argument('--file', default='/tmp/fgt_e2e/ratings.parquet')
+p.add_argument('--bs', type=int, default=65_536)
+p.add_argument('--max-epochs', type=int, default=4)
+p.add_argument('--path', choices=['all', 'fastai', 'ours'], default='all', help='`fastai` alone prints its phases as JSON')
+p.add_argument('--cpu', action='store_true', help='ours on pandas and the CPU (a small check of the script)')
+p.add_argument('--name', default='e2e')
+a = p.parse_args()
+
+import fastai_gpu_tabular.backend as backend
+from fastai.tabular.all import (TabularPandas, Categorify as FCategorify, FillMissing as FFillMissing, Normalize as FNormalize,
+                                CategoryBlock, RocAucBinary, Adam, tabular_config)
+from fastai.tabular.learner import tabular_learner as fai_tabular_learner
+from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA
+from fastai_gpu_tabular.tabular import TabularGPU, random_splits
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
+
+SCHEMA = {k: list(v) if isinstance(v, tuple) else v for k, v in BENCH_SCHEMA.items()}
+LAYERS = [512, 256]
+if not Path(a.file).exists():
+    Path(a.file).parent.mkdir(parents=True, exist_ok=True)
+    synth_movielens(a.rows, gpu=False).to_parquet(a.file, index=False)
+n_rows = len(pd.read_parquet(a.file, columns=[SCHEMA['y_names']]))
+SPLITS = random_splits(n_rows, 0.2, 42)
+
+class Phases:
+    "Seconds of each phase, the GPU synchronised at each boundary"
+    def __init__(self): self.t, self.res = time.perf_counter(), {}
+    def __call__(self, name):
+        sync(); now = time.perf_counter(); self.res[name] = round(now - self.t, 3); self.t = now
+
+def quiet(learn):
+    from fastai.callback.progress import ProgressCallback
+    learn.remove_cb(ProgressCallback); return learn
+
+def fastai_run():
+    ph = Phases()
+    df = pd.read_parquet(a.file); ph('read')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        to = TabularPandas(df, procs=[FCategorify, FFillMissing, FNormalize], splits=[SPLITS[0].tolist(), SPLITS[1].tolist()],
+                           y_block=CategoryBlock(), **SCHEMA)
+    ph('procs')
+    dls = to.dataloaders(bs=4096, device='cuda' if torch.cuda.is_available() else 'cpu')
+    learn = quiet(fai_tabular_learner(dls, layers=LAYERS, opt_func=Adam)); ph('loaders_model')
+    learn.fit_one_cycle(1, 5e-3); ph('train')
+    auc = _auc(learn); ph('valid_auc')
+    return dict(ph.res, auc=round(auc, 4), epochs=1, bs=4096)
+
+def _auc(learn):
+    "Validation AUC from `get_preds` (sklearn, as fastai's `RocAucBinary`)"
+    from sklearn.metrics import roc_auc_score
+    preds, targs = learn.get_preds()
+    return float(roc_auc_score(targs.view(-1).numpy(), preds[:, 1].float().numpy()))
+
+def ours_run(epochs):
+    ph = Phases()
+    df = backend.read_frame(a.file, gpu=not a.cpu); ph('read')
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=SPLITS, y_block=CategoryBlock(), **SCHEMA); ph('procs')
+    dls = to.dataloaders(bs=a.bs, seed=42)
+    learn = quiet(tabular_learner(dls, layers=LAYERS, opt_func=ForeachLamb, cbs=ExcludeEmbeddings()))
+    if not a.cpu: learn.to_bf16()
+    ph('loaders_model')
+    learn.fit_one_cycle(epochs, large_batch_lr(a.bs, 5e-3, 1024)); ph('train')
+    auc = _auc(learn); ph('valid_auc')
+    return dict(ph.res, auc=round(auc, 4), epochs=epochs, bs=a.bs)
+
+def total(r): return round(sum(r[k] for k in ('read', 'procs', 'loaders_model', 'train', 'valid_auc')), 3)
+
+if a.path == 'fastai':  # one path, for the cudf.pandas subprocess
+    print(json.dumps([fastai_run(), fastai_run()])); sys.exit()
+
+rows = []
+fa = [fastai_run(), fastai_run()]
+rows += [dict(path='fastai', run=run, **r, total=total(r)) for run, r in zip(('cold', 'warm'), fa)]
+bar = fa[1]['auc']
+if a.path == 'all' and not a.cpu:
+    out = subprocess.run([sys.executable, '-m', 'cudf.pandas', __file__, '--path', 'fastai', '--file', a.file], capture_output=True, text=True)
+    if out.returncode: print(out.stderr[-3000:]); raise SystemExit('the cudf.pandas run failed')
+    cp = json.loads(out.stdout.strip().splitlines()[-1])
+    rows += [dict(path='fastai+cudf.pandas', run=run, **r, total=total(r)) for run, r in zip(('cold', 'warm'), cp)]
+for e in range(1, a.max_epochs + 1):
+    ours = [ours_run(e), ours_run(e)]
+    if ours[1]['auc'] >= bar - 0.002: break
+rows += [dict(path='ours', run=run, **r, total=total(r)) for run, r in zip(('cold', 'warm'), ours)]
+warm = {r['path']: r['total'] for r in rows if r['run'] == 'warm'}
+for r in rows:
+    if r['run'] == 'warm': r['speedup_of_ours'] = round(r['total'] / warm['ours'], 1)
+cols = ['path', 'run', 'read', 'procs', 'loaders_model', 'train', 'valid_auc', 'total', 'auc', 'epochs', 'bs', 'speedup_of_ours']
+print(f"{n_rows:,} rows from {a.file}; seconds a phase; ours reached fastai's AUC within 0.002: {ours[1]['auc'] >= bar - 0.002}")
+report(a.name, rows, cols, dict(bench='e2e', n_rows=n_rows, target_auc=bar))

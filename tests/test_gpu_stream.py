@@ -1,0 +1,50 @@
+"""GPU suite for the streaming loader (`pytest -m gpu`, `-m gpu2`): cuDF reads straight to the device through DLPack, the
+batches of the CPU (pyarrow) reader, training from parquet, and two ranks under `distrib_ctx` with equal batch counts."""
+import json
+import numpy as np, pytest, torch
+from fastai.tabular.all import ProgressCallback, RocAucBinary, set_seed, to_device
+from fastai.tabular.data import TabularDataLoaders
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai_gpu_tabular.stream import ParquetDataLoader, ProcessedSplit
+from fastai_gpu_tabular.learner import tabular_learner
+from test_distributed import launch
+from test_stream import processed
+
+@pytest.fixture(scope='module')
+def ml(tmp_path_factory):
+    to = synth_tabular(synth_movielens(200_000, n_users=5_000, n_items=2_000, gpu=True), mh=True)
+    return to.to_parquet(tmp_path_factory.mktemp('gs')/'ml', row_group_rows=8_000, part_rows=50_000)
+
+@pytest.mark.gpu
+def test_cudf_reads_to_the_device_the_batches_of_pyarrow(ml):
+    t = ProcessedSplit(ml).read([3, 1], 'cuda')
+    assert t.cats.is_cuda and t.cats.dtype == torch.int32 and all(v.is_cuda for vo in t.mh.values() for v in vo)
+    c = ProcessedSplit(ml).read([3, 1], 'cpu')
+    for k in ('cats', 'conts', 'ys'): assert torch.equal(getattr(t, k).cpu(), getattr(c, k)), k
+    kw = dict(bs=4096, shuffle=True, seed=0, mem_bytes=4 << 20)
+    g, h = ParquetDataLoader(ml, device='cuda', **kw), ParquetDataLoader(ml, device='cpu', **kw)
+    assert len(g.windows()) > 4
+    n = 0
+    for a, b in zip(g, h):
+        assert a[0].is_cuda
+        torch.testing.assert_close(a, to_device(b, 'cuda'), rtol=0, atol=0)
+        n += 1
+    assert n == len(g)
+
+@pytest.mark.gpu
+def test_training_from_parquet_on_the_gpu(ml):
+    set_seed(0)
+    dls = TabularDataLoaders.from_processed(ml, bs=8192, mem_bytes=8 << 20, seed=0)
+    learn = tabular_learner(dls, layers=[64], metrics=RocAucBinary())
+    learn.remove_cb(ProgressCallback)
+    learn.fit_one_cycle(2, 5e-3)
+    assert dls.train.device.type == 'cuda' and learn.recorder.values[-1][2] > 0.6
+    preds, targs = learn.get_preds()
+    assert len(preds) == dls.valid.n
+
+@pytest.mark.gpu2
+def test_two_gpus_stream_equal_batch_counts(tmp_path):
+    _, path = processed(tmp_path/'big', 300_000, row_group_rows=15_000, part_rows=97_000)
+    launch(2, 'tests/dist_stream_worker.py', path, tmp_path, 'gpu', accelerate=True)
+    r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert r0['n_train'] == r1['n_train'] and not set(r0['rows']) & set(r1['rows']) and r0['valid'] == r1['valid']

@@ -1,0 +1,187 @@
+"""The streaming `ParquetDataLoader` on the CPU: exact epochs over uneven row groups, equal shards for 1-3 ranks, the batches
+of the `BatchDataLoader` without shuffling, prefetch order, bounded memory, resume through `fgt-train`, clear errors."""
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+import numpy as np, pandas as pd, pytest, torch
+import pyarrow as pa, pyarrow.parquet as pq
+from fastai.tabular.all import RegressionBlock, ProgressCallback, set_seed, tabular_config, accuracy, RocAucBinary
+from fastai.tabular.data import TabularDataLoaders
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+from fastai_gpu_tabular.loader import BatchDataLoader
+from fastai_gpu_tabular.stream import ParquetDataLoader, ProcessedSplit
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from test_distributed import launch, train, assert_same_weights
+
+def frame(n, seed=0):
+    "Rows whose target is their row number: coverage is checked on the targets"
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({'a': rng.integers(0, 50, n), 'b': rng.integers(0, 1000, n), 'x': rng.normal(size=n).astype('float32'),
+                         'rid': np.arange(n, dtype='float32')})
+
+def processed(path, n, row_group_rows=15_000, part_rows=97_000, **kwargs):
+    to = TabularGPU(frame(n), procs=[Categorify, Normalize], cat_names=['a', 'b'], cont_names=['x'], y_names='rid',
+                    y_block=RegressionBlock(), splits=RandomRowSplit(0.2, 0), **kwargs)
+    return to, to.to_parquet(path, row_group_rows=row_group_rows, part_rows=part_rows)
+
+@pytest.fixture(scope='module')
+def big(tmp_path_factory):
+    "About 1M rows, 800k of them for training in 58 row groups of 15,000 or 7,000-odd rows (each part file ends short)"
+    to, path = processed(tmp_path_factory.mktemp('stream')/'big', 1_000_000)
+    src = ProcessedSplit(path)
+    assert len(src.groups) >= 50 and len(set(src.rows.tolist())) > 2
+    return to, path, int(src.nbytes.sum())//10  # mem_bytes: a tenth of the training rows
+
+def ids(dl): return [b[-1].view(-1).long() for b in dl]
+
+def test_three_epochs_cover_every_row_once_in_new_orders(big):
+    to, path, mem = big
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=1)
+    assert len(dl.windows()) >= 10  # it streams: no window holds more than a tenth of the rows
+    epochs = [torch.cat(ids(dl)) for _ in range(3)]
+    want = torch.sort(torch.as_tensor(to.train.items['rid'].to_numpy()).long()).values
+    for e in epochs: assert torch.equal(torch.sort(e).values, want)  # 800,000-odd rows: the last share is big enough to keep
+    assert not torch.equal(epochs[0], epochs[1]) and not torch.equal(epochs[1], epochs[2])
+    assert dl.epoch == 3
+
+@pytest.mark.parametrize('world', [1, 2, 3])
+def test_ranks_get_equal_batch_counts_and_disjoint_shards(big, world):
+    to, path, mem = big
+    dls = [ParquetDataLoader(path, bs=3000, shuffle=True, mem_bytes=mem, seed=5, rank=r, world_size=world) for r in range(world)]
+    shards = [ids(dl) for dl in dls]
+    assert len({len(s) for s in shards}) == 1 and all(len(s) == len(dls[0]) for s in shards)
+    rows = [torch.cat(s) for s in shards]
+    allrows = torch.cat(rows)
+    assert len(allrows.unique()) == len(allrows)  # disjoint
+    left = len(to.train) - len(allrows)           # only the small-share rule may leave rows out: fewer than a batch a rank
+    assert 0 <= left < 3000*world and (left == 0) == bool(dls[0].shares() or len(to.train) % (3000*world) == 0)
+
+def test_fewer_row_groups_than_ranks_and_tiny_shares(tmp_path):
+    to, path = processed(tmp_path/'small', 2_000, row_group_rows=1_000, part_rows=5_000)  # 1,600-odd training rows in 2 row groups
+    n = len(to.train)
+    for w in (3, 4):
+        bs = next(b for b in range(50, 400) if 0 < n % (b*w) < w)  # the last batch leaves shares of 0 or 1 row: dropped in training
+        dls = [ParquetDataLoader(path, bs=bs, shuffle=True, seed=0, rank=r, world_size=w) for r in range(w)]
+        shards = [ids(dl) for dl in dls]
+        assert len({len(s) for s in shards}) == 1 and {len(b) for s in shards for b in s} == {bs}
+        assert len(torch.cat([torch.cat(s) for s in shards]).unique()) == n - n % (bs*w)
+        vals = [ParquetDataLoader(path, bs=bs, split='valid', seed=0, rank=r, world_size=w) for r in range(w)]
+        got = torch.cat([torch.cat(ids(dl)) for dl in vals])
+        assert sorted(got.tolist()) == sorted(to.valid.items['rid'].astype(int).tolist())  # every validation row once
+        assert len({len(dl) for dl in vals}) == 1
+
+def test_without_shuffle_the_batches_and_losses_of_the_batch_loader(tmp_path):
+    to = synth_tabular(synth_movielens(30_000, n_users=500, n_items=200, gpu=False), mh=True)
+    path = to.to_parquet(tmp_path/'ml', row_group_rows=1_500, part_rows=7_000)
+    for mh_width in (None, 12):
+        ref = BatchDataLoader(to.train, bs=1000, mh_width=mh_width)
+        got = ParquetDataLoader(path, bs=1000, mem_bytes=400_000, mh_width=mh_width)
+        assert len(got.windows()) > 5 and len(ref) == len(got)
+        for a, b in zip(ref, got):  # batches straddle windows: the same rows, the same layout
+            torch.testing.assert_close(b, a, rtol=0, atol=0)
+    def losses(dls):
+        set_seed(0)
+        learn = tabular_learner(dls, layers=[16], config=tabular_config(use_bn=False, bn_cont=False), cbs=[])
+        learn.remove_cb(ProgressCallback)
+        learn.fit(1, 1e-2)
+        return [float(l) for l in learn.recorder.losses], learn.recorder.values[-1]
+    a = losses(to.dataloaders(bs=1000, shuffle=False, device='cpu'))
+    b = losses(TabularDataLoaders.from_processed(path, bs=1000, mem_bytes=400_000, shuffle=False, device='cpu'))
+    np.testing.assert_allclose(b[0], a[0], rtol=1e-6)
+    np.testing.assert_allclose(b[1], a[1], rtol=1e-6)
+
+def test_the_next_window_is_read_before_this_ones_last_batch(big):
+    _, path, mem = big
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=0)
+    dl.log = []
+    for b in dl: pass
+    log, n = dl.log, len(dl.windows())
+    for k in range(1, n):
+        last = max(i for i, e in enumerate(log) if e == ('batch', k-1))
+        assert log.index(('read', k)) < last, k
+
+def test_resume_at_a_batch_starts_at_its_window(big):
+    _, path, mem = big
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=3)
+    whole = ids(dl)
+    dl.epoch, dl.skip, dl.log = 0, 77, []
+    rest = ids(dl)
+    assert len(rest) == len(whole) - 77 and all(torch.equal(a, b) for a, b in zip(rest, whole[77:]))
+    sizes = [sum(hi-lo for _, lo, hi in w) for w in dl.windows(0)]
+    first = int(np.searchsorted(np.cumsum(sizes), 77*4096, 'right'))
+    assert dl.log[0] == ('read', first) and first > 0  # the windows before batch 77 were not read
+
+def test_fgt_train_streams_a_processed_folder_and_resumes_like_a_whole_run(tmp_path):
+    df = synth_movielens(12_000, gpu=False)
+    to = synth_tabular(df, splits=RandomRowSplit(0.2, 42))
+    path = to.to_parquet(tmp_path/'proc', row_group_rows=700, part_rows=3_000)
+    common = ('--data', path, '--bs', 800, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--mem-bytes', 150_000)
+    out = lambda name, *a: launch(1, '-m', 'fastai_gpu_tabular.train', '--deterministic', '--cpu', '--out', tmp_path/name, *common, *a)
+    out('whole'); out('cut', '--stop-after', 17)
+    st = torch.load(tmp_path/'cut'/'checkpoint.pth', weights_only=False)
+    assert (st['epoch'], st['batch']) == (1, 5)
+    out('cut', '--resume')
+    assert_same_weights(tmp_path/'whole', tmp_path/'cut', tol=1e-6)
+    m = json.loads((tmp_path/'whole'/'metrics.json').read_text())
+    assert m['roc_auc_score'] > 0.55
+
+def test_two_ranks_under_distrib_ctx_disjoint_shards_exact_validation(tmp_path, big):
+    _, path, mem = big
+    launch(2, 'tests/dist_stream_worker.py', path, tmp_path)
+    r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert r0['n_train'] == r1['n_train'] and not set(r0['rows']) & set(r1['rows'])
+    assert r0['valid'] == r1['valid']
+    # one process with rank 0's weights: the same validation loss over every validation row once
+    dls = TabularDataLoaders.from_processed(path, bs=20_000, shuffle=False, device='cpu')
+    learn = tabular_learner(dls, layers=[8], config=tabular_config(use_bn=False, bn_cont=False), y_range=None)
+    learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))
+    learn.remove_cb(ProgressCallback)
+    np.testing.assert_allclose(r0['valid'], [float(learn.validate()[0])], rtol=1e-5)
+
+def test_memory_stays_bounded(tmp_path):
+    "RSS growth over an epoch of ~190 MB of rows, `mem_bytes` 16 MB: at most 3 x mem_bytes + 96 MB"
+    n, rng = 2_500_000, np.random.default_rng(0)
+    df = pd.DataFrame({**{f'c{i}': rng.integers(0, 100, n) for i in range(8)}, **{f'x{i}': rng.normal(size=n) for i in range(8)},
+                       'y': rng.normal(size=n)})
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=[f'c{i}' for i in range(8)], cont_names=[f'x{i}' for i in range(8)],
+                    y_names='y', y_block=RegressionBlock(), splits=RandomRowSplit(0.01, 0))
+    path = to.to_parquet(tmp_path/'mem', row_group_rows=50_000)
+    del df, to
+    mem = 16 << 20
+    code = f"""
+import threading, time
+from fastai_gpu_tabular.stream import ParquetDataLoader
+def rss(): return int(open('/proc/self/statm').read().split()[1])*4096
+peak, done = [0], False
+def sample():  # every 2 ms, the background reads included (ru_maxrss would carry the parent's peak across exec)
+    while not done: peak[0] = max(peak[0], rss()); time.sleep(0.002)
+dl = ParquetDataLoader({str(path)!r}, bs=8192, shuffle=True, mem_bytes={mem}, seed=0)
+it = iter(dl); next(it); base = rss()
+th = threading.Thread(target=sample); th.start()
+for b in it: pass
+done = True; th.join()
+print(base, peak[0], len(dl.windows(0)))
+"""
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert r.returncode == 0, r.stderr[-3000:]
+    base, peak, n_windows = map(int, r.stdout.split())
+    assert n_windows >= 10
+    assert peak - base <= 3*mem + (96 << 20), (base, peak, (peak-base)/mem)
+
+def test_bad_input_is_named(tmp_path):
+    _, path = processed(tmp_path/'ok', 5_000, row_group_rows=500, part_rows=2_000)
+    def broken(name, f):
+        p = tmp_path/name; shutil.copytree(path, p); f(p); return p
+    with pytest.raises(FileNotFoundError, match='no dataset.json'): ParquetDataLoader(tmp_path)
+    p = broken('noprocs', lambda p: (p/'procs'/'procs.json').unlink())
+    with pytest.raises(FileNotFoundError, match='no saved procs'): ParquetDataLoader(p)
+    def retype(p):  # part 1 written with float64 codes
+        t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.set_column(0, 'a', t['a'].cast('float64')), p/'train'/'part.00001.parquet')
+    with pytest.raises(ValueError, match=r"column 'a' is double in .*part.00001.parquet but int32 in .*part.00000"): ParquetDataLoader(broken('types', retype))
+    def drop(p): t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.drop_columns(['x']), p/'train'/'part.00001.parquet')
+    with pytest.raises(ValueError, match=r"part.00001.parquet has no column 'x'"): ParquetDataLoader(broken('missing', drop))
+    with pytest.raises(ValueError, match=r"part.00001.parquet: cannot read it as parquet"):
+        ParquetDataLoader(broken('junk', lambda p: (p/'train'/'part.00001.parquet').write_bytes(b'not parquet')))
+    with pytest.raises(ValueError, match=r"`mem_bytes`=50,000 is too small .* one batch of 4,096 rows"): ParquetDataLoader(path, bs=4096, mem_bytes=50_000)
+    with pytest.raises(ValueError, match='mh_width'): ParquetDataLoader(path, mh_width='max')
