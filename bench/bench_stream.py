@@ -32,6 +32,7 @@ p.add_argument('--bs', type=int, nargs='+', default=[65536, 262144])
 p.add_argument('--repeats', type=int, default=3)
 p.add_argument('--mem-frac', type=float, default=0.1, help='mem_bytes as a share of the processed training bytes')
 p.add_argument('--dir', default='/tmp/fgt_bench_stream', help='where the processed folder is written')
+p.add_argument('--reader', default='pyarrow', choices=['pyarrow', 'cudf'], help="the streaming loader's `reader`")
 p.add_argument('--name', default='stream', help='results file: bench/results/NAME.json')
 a = p.parse_args()
 assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
@@ -76,18 +77,18 @@ def pyarrow_epoch(bs):
                 yield [torch.as_tensor(b.column(i).to_numpy()).to(device) for i in range(b.num_columns)]
     return it
 
-rows, meta = [], dict(bench='stream', n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
+rows, meta = [], dict(bench='stream', reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
                       data_bytes=int(src.nbytes.sum()), mem_bytes=mem, row_groups=len(src.groups))
 for bs in a.bs:
     res_dls = to.dataloaders(bs=bs, seed=0)
     resident = fit_rate(res_dls, bs)
     del res_dls
-    dls = TabularDataLoaders.from_processed(path, bs=bs, mem_bytes=mem, seed=0)
+    dls = TabularDataLoaders.from_processed(path, bs=bs, mem_bytes=mem, seed=0, reader=a.reader)
     streamed = fit_rate(dls, bs)
     r = dict(bs=bs, resident_fit=f'{resident/1e6:.2f}M', stream_fit=f'{streamed/1e6:.2f}M', ratio=f'{streamed/resident:.3f}',
              windows=len(dls.train.windows()))
     if world == 1:
-        dl = ParquetDataLoader(path, bs=bs, shuffle=True, drop_last=True, mem_bytes=mem, seed=0, device=device)
+        dl = ParquetDataLoader(path, bs=bs, shuffle=True, drop_last=True, mem_bytes=mem, seed=0, device=device, reader=a.reader)
         n = len(dl)*bs
         cached = epoch_rate(lambda: dl, n)
         cold = epoch_rate(lambda: dl, n, drop_cache)

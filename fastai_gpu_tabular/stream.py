@@ -95,12 +95,12 @@ class ProcessedSplit:
         "Bytes of a row's fixed-width columns as tensors: codes as stored, continuous float32, targets as stored"
         return sum(schema.field(n).type.bit_width//8 for n in self.names['cat_names'] + self.names['cont_names'] + self.ys)
 
-    def read(self, gs:list, device=None)->TabTensors:
-        "Row groups `gs` (indices into `groups`, in that order) as one chunk of tensors on `device`: cuDF to the GPU, else pyarrow"
+    def read(self, gs:list, device=None, reader:str='pyarrow')->TabTensors:
+        "Row groups `gs` (indices into `groups`) as one chunk of tensors on `device`, read by pyarrow on the CPU (then copied) or `reader='cudf'` on the GPU"
         device = torch.device(ifnone(device, 'cpu'))
         by_file = {}
         for g in gs: by_file.setdefault(self.groups[g][0], []).append(self.groups[g][1])
-        if device.type=='cuda' and gpu_available():
+        if device.type=='cuda' and reader=='cudf':
             import cudf
             with torch.cuda.device(device):
                 df = cudf.read_parquet([self.fs.unstrip_protocol(self.files[i]) for i in by_file], row_groups=list(by_file.values()),
@@ -117,6 +117,21 @@ class ProcessedSplit:
         return self.schema.empty_table().select(self.columns).to_pandas() if self.schema is not None else pd.DataFrame(columns=self.columns)
 
 # %% ../nbs/04c_stream.ipynb #4ef99ebc
+def _apply_tensors(t:TabTensors, f)->TabTensors:
+    "A `TabTensors` of `f` applied to each tensor of `t`"
+    res = copy(t)
+    res.cats,res.conts,res.ys = f(t.cats),f(t.conts),None if t.ys is None else f(t.ys)
+    res.mh = {m: tuple(f(x) for x in vo) for m,vo in t.mh.items()}
+    res.device = res.cats.device
+    return res
+
+def _to_gpu(t:TabTensors, device)->TabTensors:
+    "Host tensors `t` on `device`: copied from pinned memory on a side stream that only this (reading) thread waits for"
+    side,main = torch.cuda.Stream(device),torch.cuda.default_stream(device)
+    with torch.cuda.stream(side): res = _apply_tensors(t, lambda x: x.pin_memory().to(device, non_blocking=True))
+    side.synchronize()
+    return _apply_tensors(res, lambda x: x.record_stream(main) or x)  # freed later, after the training stream's use
+
 def _chunk(frame, names:dict, ys:list, device)->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
     t = TabTensors.__new__(TabTensors)
@@ -134,7 +149,7 @@ def _chunk(frame, names:dict, ys:list, device)->TabTensors:
             a = frame.column(m).combine_chunks()
             offs = a.offsets.to_numpy().astype(np.int64)
             t.mh[m] = (torch.from_numpy(a.flatten().to_numpy().astype(np.int64)), torch.from_numpy(offs-offs[0]))
-        if device.type != 'cpu': t = t.to(device)
+        if device.type=='cuda': t = _to_gpu(t, device)
     t.n,t.device = len(t.cats),torch.device(device)
     return t
 
@@ -148,9 +163,13 @@ class ParquetDataLoader(BatchDataLoader):
         drop_last:bool=False, # Drop the last partial batch
         mem_bytes:int|None=None, # Most bytes of rows resident at once on this rank's device, the chunk read ahead included (default: 1/4 of its free memory)
         split:str='train', # The split of `source` to read: 'train' or 'valid'
+        reader:str='pyarrow', # 'pyarrow': decode on the CPU, copy to the GPU on a side stream; 'cudf': decode on the GPU (on the training stream)
         dataset=None, # The `TabularGPU` (no rows) that decodes batches (default: one from the saved procs)
         **kwargs
     ):
+        if reader not in ('pyarrow', 'cudf'): raise ValueError(f"`reader` must be 'pyarrow' or 'cudf', not {reader!r}")
+        if reader=='cudf' and not gpu_available(): raise ValueError("`reader='cudf'` needs cuDF and a GPU: use the default, 'pyarrow'")
+        self.reader = reader
         if kwargs.pop('host', False): raise ValueError("`host=True` is for the `BatchDataLoader`: a `ParquetDataLoader` reads each chunk to its device")
         self.src = source if isinstance(source, ProcessedSplit) else ProcessedSplit(source, split)
         if kwargs.get('mh_width')=='max': raise ValueError("`mh_width='max'` needs every row: pass a number of codes, or None for (values, offsets)")
@@ -202,7 +221,7 @@ class ParquetDataLoader(BatchDataLoader):
     def load(self, win:list, k:int, epoch:int)->tuple[TabTensors,Tensor]:
         "Window `win` (number `k` of `epoch`) read as one chunk, and its rows' positions in the chunk in this epoch's order"
         gs = sorted({g for g,_,_ in win})
-        t = self.src.read(gs, self.device)
+        t = self.src.read(gs, self.device, self.reader)
         at = dict(zip(gs, np.cumsum([0]+[int(self.src.rows[g]) for g in gs])))
         idx = torch.cat([torch.arange(at[g]+lo, at[g]+hi) for g,lo,hi in win])
         if self.shuffle:
@@ -245,13 +264,13 @@ class ParquetDataLoader(BatchDataLoader):
     def _one_pass(self):
         self._n_inp = 2 + bool(self.dataset.mh_names)
         dev = self.device or torch.device('cpu')
-        t = self.src.read([0], dev) if len(self.src.groups) else _chunk(self.src.schema.empty_table(), self.src.names, self.src.ys, dev)
+        t = self.src.read([0], dev, self.reader) if len(self.src.groups) else _chunk(self.src.schema.empty_table(), self.src.names, self.src.ys, dev)
         self._types = explode_types(self.create_batch(torch.zeros(min(1, t.n), dtype=torch.int64, device=t.device), t))
 
     def new(self, dataset=None, cls=None, **kwargs):
         "A loader like this one over the same stream; given a `TabularGPU` with rows (`test_dl`, `new_empty`), a `BatchDataLoader` over them"
         if dataset is not None and dataset is not self.dataset: return BatchDataLoader.new(self, dataset, ifnone(cls, BatchDataLoader), **kwargs)
-        return super().new(None, cls, source=self.src, mem_bytes=self.mem_bytes, **kwargs)
+        return super().new(None, cls, source=self.src, mem_bytes=self.mem_bytes, reader=self.reader, **kwargs)
 
 # %% ../nbs/04c_stream.ipynb #235cd68f
 @patch(cls_method=True)

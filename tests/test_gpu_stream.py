@@ -17,19 +17,20 @@ def ml(tmp_path_factory):
 
 @pytest.mark.gpu
 def test_cudf_reads_to_the_device_the_batches_of_pyarrow(ml):
-    t = ProcessedSplit(ml).read([3, 1], 'cuda')
+    t = ProcessedSplit(ml).read([3, 1], 'cuda', 'cudf')
     assert t.cats.is_cuda and t.cats.dtype == torch.int32 and all(v.is_cuda for vo in t.mh.values() for v in vo)
     c = ProcessedSplit(ml).read([3, 1], 'cpu')
     for k in ('cats', 'conts', 'ys'): assert torch.equal(getattr(t, k).cpu(), getattr(c, k)), k
     kw = dict(bs=4096, shuffle=True, seed=0, mem_bytes=4 << 20)
-    g, h = ParquetDataLoader(ml, device='cuda', **kw), ParquetDataLoader(ml, device='cpu', **kw)
-    assert len(g.windows()) > 4
-    n = 0
-    for a, b in zip(g, h):
-        assert a[0].is_cuda
-        torch.testing.assert_close(a, to_device(b, 'cuda'), rtol=0, atol=0)
-        n += 1
-    assert n == len(g)
+    h = ParquetDataLoader(ml, device='cpu', **kw)
+    for reader in ('cudf', 'pyarrow'):  # decoded on the GPU; decoded on the CPU and copied on a side stream
+        g, n = ParquetDataLoader(ml, device='cuda', reader=reader, **kw), 0
+        assert len(g.windows()) > 4
+        for a, b in zip(g, h):
+            assert a[0].is_cuda
+            torch.testing.assert_close(a, to_device(b, 'cuda'), rtol=0, atol=0)
+            n += 1
+        assert n == len(g)
 
 @pytest.mark.gpu
 def test_training_from_parquet_on_the_gpu(ml):
