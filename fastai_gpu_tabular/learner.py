@@ -37,8 +37,9 @@ def tabular_learner(dls, layers=None, emb_szs=None, config=None, n_out=None, y_r
                     fast:bool=True, # `FastTabularModel`; False: fastai's `TabularModel` (`TabularModelMH` with multi-hot columns)
                     show_every:int=25, # Batches between two refreshes of the progress bar's loss (`DeviceRecorder`)
                     **kwargs):
-    "fastai's `tabular_learner` with `FastTabularModel` (or fastai's model if not `fast`), multi-hot columns and a `DeviceRecorder`"
+    "fastai's `tabular_learner` with `FastTabularModel` (or fastai's model if not `fast`), multi-hot columns, a `DeviceRecorder` and `SplitExtras`"
     mh_names = getattr(dls.train_ds, 'mh_names', None) or []
+    kwargs['cbs'] = L(kwargs.get('cbs')) + SplitExtras()  # pass-through columns (`extra_names`) leave the targets before the loss
     if not mh_names and not fast:
         return _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs).record_on_device(show_every).plain_loss()
     config,layers,sz = ifnone(config, tabular_config()),ifnone(layers, [200,100]),ifnone(emb_szs, {})

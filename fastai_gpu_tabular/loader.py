@@ -13,15 +13,25 @@ from .backend import *
 from .tabular import *
 from .comm import rank_world, shared_seed
 from fastai.data.transforms import Categorize
+from fastai.callback.core import Callback
 
 # %% auto #0
-__all__ = ['col_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'bag_batch_padded', 'bag_width',
-           'cat_batches', 'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader']
+__all__ = ['col_tensor', 'extra_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'bag_batch_padded',
+           'bag_width', 'cat_batches', 'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader', 'SplitExtras']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
     "Column `s` as a tensor on its device: zero-copy through DLPack from cuDF, a view of the numpy array from pandas"
     return torch.from_dlpack(s.values) if is_cudf(s) else torch.from_numpy(np.ascontiguousarray(s.to_numpy()))
+
+def extra_tensor(s)->Tensor:
+    "Pass-through column `s` (a group id, a gain) as a tensor: integers int64 (missing: -1), other numbers float32, anything else hashed to int64"
+    kind = getattr(s.dtype, 'kind', 'O')
+    if kind in 'iubf':
+        s = s.astype('float32') if kind == 'f' else s.fillna(-1).astype('int64')
+        return col_tensor(s) if is_cudf(s) else torch.tensor(s.to_numpy())
+    if is_cudf(s): return col_tensor(s.hash_values().astype('uint64')).view(torch.int64)  # raw string ids: distinct groups
+    return torch.from_numpy(pd.util.hash_pandas_object(s, index=False).to_numpy().view(np.int64).copy())
 
 def _block(df, names, dtype):
     "Columns `names` of `df` as one contiguous (rows, columns) tensor on `df`'s device: a single copy"
@@ -44,8 +54,8 @@ def device_bytes_free(device)->int:
     return os.sysconf('SC_AVPHYS_PAGES')*os.sysconf('SC_PAGE_SIZE')
 
 class TabTensors:
-    "The processed columns of a `TabularGPU` as tensors: `cats` (int64), `conts` (float32), `ys`, `mh` {name: (values, offsets)}"
-    def __init__(self, to, device, host:bool=False):
+    "The processed columns of a `TabularGPU` as tensors: `cats` (int64), `conts` (float32), `ys`, `mh` {name: (values, offsets)}, `extras` (pass-through)"
+    def __init__(self, to, device, host:bool=False, extra_names=()):
         df,n = to.items,len(to.items)
         ys = [y for y in to.y_names if y in df.columns]
         y_long = getattr(to, 'c', None) is not None and any(isinstance(p, Categorize) for p in to.procs)
@@ -61,6 +71,7 @@ class TabTensors:
         self.cats,self.conts = mv(_block(df, to.cat_names, torch.int64)),mv(_block(df, to.cont_names, torch.float32))
         self.ys = mv(_block(df, ys, torch.int64 if y_long else torch.float32)) if ys else None
         self.mh = {m: tuple(mv(torch.as_tensor(a).long()) for a in list_values_offsets(df[m])) for m in to.mh_names}
+        self.extras = [mv(extra_tensor(df[n])) for n in extra_names]
         self.n,self.device = n,target
 
     def to(self, device):
@@ -68,6 +79,7 @@ class TabTensors:
         res = copy(self)
         for k in ('cats','conts','ys'): setattr(res, k, None if getattr(self, k) is None else getattr(self, k).to(device))
         res.mh,res.device = {m: tuple(t.to(device) for t in vo) for m,vo in self.mh.items()},torch.device(device)
+        res.extras = [t.to(device) for t in self.extras]
         return res
 
 # %% ../nbs/04_loader.ipynb #97a30d93
@@ -143,7 +155,7 @@ class ReadTabBatchGPU(ReadTabBatch):
                 else:
                     offs = list(offs)+[len(v)]
                     cols[n] = [v[offs[i]:offs[i+1]] for i in range(len(cats))]
-        if o:
+        if o and isinstance(o[0], Tensor):  # targets (extras, a tuple, come last)
             y = to_np(o[0]).reshape(len(cats), -1)
             cols.update({n: y[:,i] for i,n in enumerate(to.y_names)})
         return to.new(pd.DataFrame(cols))
@@ -163,6 +175,7 @@ class BatchDataLoader(TfmdDL):
         host:bool=False, # Keep the data in pinned host memory, gather there and copy each batch to the device
         mh_width:int|str|None=None, # Multi-hot batches padded to this many codes a row ('max': the longest row), else (values, offsets)
         min_share:int|None=None, # Fewest rows of a rank's share of the last batch, else it is dropped (default: 2 if `shuffle`, else 0)
+        extra_names:list=(), # Pass-through columns (raw group ids, gains) appended to each batch as a tuple, for metrics: not model inputs, not targets
         after_batch:list|None=None, # Batch transforms, after `ReadTabBatchGPU`
         **kwargs
     ):
@@ -172,7 +185,9 @@ class BatchDataLoader(TfmdDL):
         self.rank,self.world_size = rank_world(rank, world_size)
         seed = shared_seed(seed, self.world_size)  # over several ranks without a seed: rank 0's, broadcast (every rank must call)
         self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
-        self.min_share = ifnone(min_share, 2 if shuffle else 0)
+        self.min_share,self.extra_names = ifnone(min_share, 2 if shuffle else 0),list(L(extra_names))
+        if missing := [n for n in self.extra_names if n not in getattr(getattr(dataset, 'items', None), 'columns', self.extra_names)]:
+            raise ValueError(f"`extra_names`: column {missing[0]!r} is not in the data: keep a copy of it before processing (e.g. `df['user'] = df['userId']`)")
         self.skip = 0  # batches of the next epoch to leave out (resuming mid-epoch), then back to 0
         after_batch = ReadTabBatchGPU(dataset) if after_batch is None else after_batch
         kwargs.pop('num_workers', None)
@@ -186,12 +201,12 @@ class BatchDataLoader(TfmdDL):
     def tensors(self)->TabTensors:
         "The dataset's tensors for this loader: made once per dataset, placement (resident or host) and device, shared by `new` loaders"
         cache,dev = self.dataset.__dict__.setdefault('_tensors', {}),self.device or torch.device('cpu')
-        key = ('host' if self.host else 'resident', dev)  # host: pinned host memory, each batch copied to `dev`
+        key = ('host' if self.host else 'resident', dev, tuple(self.extra_names))  # host: pinned host memory, each batch copied to `dev`
         if key not in cache:
-            resident = next((t for (kind,_),t in cache.items() if kind=='resident'), None)
-            if self.host: cache[key] = TabTensors(self.dataset, dev, host=True)
+            resident = next((t for (kind,_,ex),t in cache.items() if kind=='resident' and ex==key[2]), None)
+            if self.host: cache[key] = TabTensors(self.dataset, dev, host=True, extra_names=self.extra_names)
             elif resident is not None: cache[key] = resident.to(dev)  # a copy of tensors made for another device
-            else: cache[key] = TabTensors(self.dataset, dev)
+            else: cache[key] = TabTensors(self.dataset, dev, extra_names=self.extra_names)
         return cache[key]
 
     def shares(self)->list[int]:
@@ -219,13 +234,14 @@ class BatchDataLoader(TfmdDL):
         return res
 
     def create_batch(self, idx:Tensor, t:TabTensors|None=None):
-        "The batch of rows `idx`: (cats, conts[, multi-hot], ys) gathered from the tensors `t` (default: `tensors()`)"
+        "The batch of rows `idx`: (cats, conts[, multi-hot], ys[, extras]) gathered from the tensors `t` (default: `tensors()`)"
         t = ifnone(t, self.tensors())
         b = (t.cats[idx].long(), t.conts[idx])  # codes may be stored narrower (int32 in a streamed chunk)
         if t.mh:
             bags = zip(t.mh.values(), self.mh_widths(t))
             b += (tuple(bag_batch(*vo, idx) if w is None else bag_batch_padded(*vo, idx, w) for vo,w in bags),)
         if t.ys is not None: b += (t.ys[idx],)
+        if getattr(t, 'extras', None): b += (tuple(e[idx] for e in t.extras),)
         return b
 
     def mh_widths(self, t:TabTensors|None=None)->list:
@@ -266,7 +282,9 @@ class BatchDataLoader(TfmdDL):
         return first(self)
 
     def new(self, dataset=None, cls=None, **kwargs):
-        kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host, mh_width=self.mh_width)
+        cols = getattr(getattr(dataset, 'items', None), 'columns', None)  # a test set without the pass-through columns gets no extras
+        kw = dict(seed=self.seed, rank=self.rank, world_size=self.world_size, host=self.host, mh_width=self.mh_width,
+                  extra_names=[n for n in self.extra_names if cols is None or n in cols])
         if 'shuffle' not in kwargs: kw['min_share'] = self.min_share
         return super().new(dataset, cls, **merge(kw, kwargs))
 
@@ -284,6 +302,15 @@ def _prefetch(batches, device):
         apply(lambda t: t.record_stream(torch.cuda.current_stream(device)), nb)
         pending = nb
     if pending is not None: yield pending
+
+# %% ../nbs/04_loader.ipynb #6b1a07a9
+class SplitExtras(Callback):
+    "Move a batch's pass-through columns (`extra_names`) out of `yb` into `learn.extras` before the model and the loss see it"
+    order = -10  # before every callback that reads `yb`
+    def before_batch(self):
+        self.learn.extras = None
+        if getattr(self.dl, 'extra_names', None) and self.yb and isinstance(self.yb[-1], tuple):
+            self.learn.extras,self.learn.yb = self.yb[-1],self.yb[:-1]
 
 # %% ../nbs/04_loader.ipynb #ace9e534
 @patch(cls_method=True)

@@ -7,9 +7,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 import torch
 from torch import Tensor
+from fastcore.basics import store_attr, patch
+from fastai.learner import Learner, Metric
+from fastai.callback.core import Callback
+from .comm import distributed, gather_rows
 
 # %% auto #0
-__all__ = ['ranked', 'recall_at_k', 'mrr', 'ndcg_at_k']
+__all__ = ['ranked', 'recall_at_k', 'mrr', 'ndcg_at_k', 'RankingMetric', 'MRR', 'NDCGAt', 'RecallAt']
 
 # %% ../nbs/05a_ranking.ipynb #15463b51
 def _runs(*keys:Tensor)->Tensor:
@@ -50,7 +54,7 @@ def recall_at_k(
     k:int, # Cutoff
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores"
+    "Mean over groups of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"
     if k < 1: raise ValueError(f"`k` must be at least 1, not {k}")
     r = ranked(preds, groups)
     pos = (targs[r.o] > 0).double()
@@ -64,7 +68,7 @@ def mrr(
     preds:Tensor, targs:Tensor, groups:Tensor, # As in `recall_at_k`
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores"
+    "Mean over groups of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the first block holding positives has `p` of them among `t` rows from rank `s` (1-based), E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"
     r = ranked(preds, groups)
     pos,n = targs[r.o] > 0,len(r.o)
     p = torch.zeros(n, dtype=torch.float64, device=r.o.device).index_add_(0, r.blk, pos.double())[r.blk]  # positives in the row's block
@@ -93,3 +97,62 @@ def ndcg_at_k(
     ig,rank = gain[io],torch.arange(len(io), device=dev) - _run_start(_runs(r.g[io]))
     idcg = torch.zeros(len(io), dtype=torch.float64, device=dev).index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
     return _mean(dcg / idcg.clamp(min=1e-300), idcg > 0, r, empty_as_zero)
+
+# %% ../nbs/05a_ranking.ipynb #e234fa47
+def _score(pred:Tensor)->Tensor:
+    "A ranking score per row: the positive class's logit margin for two classes, the prediction for one output"
+    if pred.ndim == 2 and pred.shape[1] == 2: return (pred[:,1] - pred[:,0]).float()
+    if pred.ndim == 1 or pred.shape[1] == 1: return pred.view(-1).float()
+    raise ValueError(f"ranking metrics need one score a row: a binary classifier or a regression, not {pred.shape[1]} outputs")
+
+class RankingMetric(Metric):
+    "A per-group ranking metric `func` over the validation set, from the group (and gain) pass-through columns of the batches"
+    def __init__(self, func, name:str, group:str|None=None, gain:str|None=None, **kwargs): store_attr('func,group,gain,kwargs'); self._name = name
+    @property
+    def name(self): return self._name
+    def reset(self): self.parts = []
+    def _col(self, learn, n):
+        names = list(getattr(learn.dl, 'extra_names', []))
+        if getattr(learn, 'extras', None) is None or not names: raise ValueError(
+            f"`{self.name}` needs each validation batch's group ids: pass `extra_names=['user']` to `dataloaders` (`user` a copy of the raw id column)")
+        if n is not None and n not in names: raise ValueError(f"`{self.name}`: column {n!r} is not among the loader's `extra_names` {names}")
+        return learn.extras[names.index(n) if n is not None else 0]
+    def accumulate(self, learn):
+        targ = self._col(learn, self.gain) if self.gain else learn.yb[0].view(-1)
+        self.parts.append((_score(learn.pred.detach()), targ.detach(), self._col(learn, self.group).detach()))
+    @property
+    def value(self):
+        "The metric over every row once (every rank's rows, in several processes)"
+        if not self.parts: return None
+        s,t,g = [torch.cat(x) for x in zip(*self.parts)]
+        if distributed(): s,t,g = gather_rows(s),gather_rows(t),gather_rows(g)
+        return self.func(s, t, g, **self.kwargs)
+
+def MRR(group:str|None=None, gain:str|None=None, empty_as_zero:bool=False):
+    "fastai metric: `mrr` by `group` (a pass-through column; default the first), relevance from the target or `gain`"
+    return RankingMetric(mrr, 'mrr', group, gain, empty_as_zero=empty_as_zero)
+
+def NDCGAt(k:int, group:str|None=None, gain:str|None=None, empty_as_zero:bool=False):
+    "fastai metric: `ndcg_at_k` by `group`, graded gains from the pass-through column `gain` (e.g. 'rating') or the target"
+    return RankingMetric(ndcg_at_k, f'ndcg@{k}', group, gain, k=k, empty_as_zero=empty_as_zero)
+
+def RecallAt(k:int, group:str|None=None, gain:str|None=None, empty_as_zero:bool=False):
+    "fastai metric: `recall_at_k` by `group`, relevance from the target or `gain`"
+    return RankingMetric(recall_at_k, f'recall@{k}', group, gain, k=k, empty_as_zero=empty_as_zero)
+
+# %% ../nbs/05a_ranking.ipynb #ea694229
+class _KeepExtras(Callback):
+    "The pass-through columns of each validation batch"
+    order = 0
+    def before_validate(self): self.parts = []
+    def after_batch(self):
+        if not self.training and getattr(self.learn, 'extras', None) is not None: self.parts.append(tuple(e.detach() for e in self.learn.extras))
+
+@patch
+def get_preds_extras(self:Learner, ds_idx:int=1, dl=None, **kwargs)->tuple:
+    "fastai's `get_preds` (predictions, targets), and the batches' pass-through columns (`extra_names`, e.g. raw group ids) in the same order"
+    cb = _KeepExtras()
+    preds,targs = self.get_preds(ds_idx, dl=dl, cbs=cb, **kwargs)[:2]
+    ex = [torch.cat(x) for x in zip(*cb.parts)] if cb.parts else []
+    if distributed(): ex = [gather_rows(x) for x in ex]
+    return preds, targs, tuple(x.cpu() for x in ex)

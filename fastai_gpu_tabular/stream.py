@@ -12,7 +12,7 @@ from fastai.data.block import TransformBlock
 from fastai.tabular.data import TabularDataLoaders
 from .backend import *
 from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
-from .loader import BatchDataLoader, TabTensors, device_bytes_free, cat_batches, bag_width, col_tensor, _block
+from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
 __all__ = ['read_dataset_info', 'is_processed', 'ProcessedSplit', 'ParquetDataLoader']
@@ -95,7 +95,7 @@ class ProcessedSplit:
         "Bytes of a row's fixed-width columns as tensors: codes as stored, continuous float32, targets as stored"
         return sum(schema.field(n).type.bit_width//8 for n in self.names['cat_names'] + self.names['cont_names'] + self.ys)
 
-    def read(self, gs:list, device=None, reader:str='pyarrow')->TabTensors:
+    def read(self, gs:list, device=None, reader:str='pyarrow', extra_names=())->TabTensors:
         "Row groups `gs` (indices into `groups`) as one chunk of tensors on `device`, read by pyarrow on the CPU (then copied) or `reader='cudf'` on the GPU"
         device = torch.device(ifnone(device, 'cpu'))
         by_file = {}
@@ -104,24 +104,27 @@ class ProcessedSplit:
             import cudf
             with torch.cuda.device(device):
                 df = cudf.read_parquet([self.fs.unstrip_protocol(self.files[i]) for i in by_file], row_groups=list(by_file.values()),
-                                       columns=self.columns)
-                return _chunk(df, self.names, self.ys, device)
+                                       columns=self.columns+list(extra_names))
+                return _chunk(df, self.names, self.ys, device, extra_names)
         import pyarrow as pa, pyarrow.parquet as pq
         def _one(i, rgs):
-            with self.fs.open(self.files[i], 'rb') as fh: return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns)
+            with self.fs.open(self.files[i], 'rb') as fh: return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
         tbl = pa.concat_tables([_one(i, rgs) for i,rgs in by_file.items()])
-        return _chunk(tbl, self.names, self.ys, device)
+        return _chunk(tbl, self.names, self.ys, device, extra_names)
 
-    def empty(self)->pd.DataFrame:
-        "No rows, with the processed columns and their types: the frame of the `TabularGPU` that decodes batches"
-        return self.schema.empty_table().select(self.columns).to_pandas() if self.schema is not None else pd.DataFrame(columns=self.columns)
+    def empty(self, extra_names=())->pd.DataFrame:
+        "No rows, with the processed columns (and `extra_names`) and their types: the frame of the `TabularGPU` that decodes batches"
+        cols = self.columns + list(extra_names)
+        if missing := [n for n in extra_names if self.schema is None or n not in self.schema.names]: raise ValueError(
+            f"`extra_names`: {self.path} has no column {missing[0]!r}: write it as a pass-through column (`to_parquet(path, pass_names=[...])`)")
+        return self.schema.empty_table().select(cols).to_pandas() if self.schema is not None else pd.DataFrame(columns=cols)
 
 # %% ../nbs/04c_stream.ipynb #4ef99ebc
 def _apply_tensors(t:TabTensors, f)->TabTensors:
     "A `TabTensors` of `f` applied to each tensor of `t`"
     res = copy(t)
     res.cats,res.conts,res.ys = f(t.cats),f(t.conts),None if t.ys is None else f(t.ys)
-    res.mh = {m: tuple(f(x) for x in vo) for m,vo in t.mh.items()}
+    res.mh,res.extras = {m: tuple(f(x) for x in vo) for m,vo in t.mh.items()},[f(x) for x in t.extras]
     res.device = res.cats.device
     return res
 
@@ -132,13 +135,14 @@ def _to_gpu(t:TabTensors, device)->TabTensors:
     side.synchronize()
     return _apply_tensors(res, lambda x: x.record_stream(main) or x)  # freed later, after the training stream's use
 
-def _chunk(frame, names:dict, ys:list, device)->TabTensors:
+def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
     t = TabTensors.__new__(TabTensors)
     if is_cudf(frame):
         t.cats,t.conts = _block(frame, names['cat_names'], torch.int32),_block(frame, names['cont_names'], torch.float32)
         t.ys = torch.stack([col_tensor(frame[y]) for y in ys], 1) if ys else None
         t.mh = {m: tuple(torch.as_tensor(a).long() for a in list_values_offsets(frame[m])) for m in names['mh_names']}
+        t.extras = [extra_tensor(frame[n]) for n in extra_names]
     else:
         col = lambda n: frame.column(n).to_numpy()
         blk = lambda ns, dt: torch.from_numpy(np.stack([col(n).astype(dt, copy=False) for n in ns], 1)) if ns else torch.zeros(len(frame), 0, dtype=torch.int32 if dt==np.int32 else torch.float32)
@@ -149,6 +153,7 @@ def _chunk(frame, names:dict, ys:list, device)->TabTensors:
             a = frame.column(m).combine_chunks()
             offs = a.offsets.to_numpy().astype(np.int64)
             t.mh[m] = (torch.from_numpy(a.flatten().to_numpy().astype(np.int64)), torch.from_numpy(offs-offs[0]))
+        t.extras = [extra_tensor(frame.column(n).to_pandas()) for n in extra_names]
         if device.type=='cuda': t = _to_gpu(t, device)
     t.n,t.device = len(t.cats),torch.device(device)
     return t
@@ -175,7 +180,7 @@ class ParquetDataLoader(BatchDataLoader):
         if kwargs.get('mh_width')=='max': raise ValueError("`mh_width='max'` needs every row: pass a number of codes, or None for (values, offsets)")
         if dataset is None:
             procs,names = self.src.procs_names
-            dataset = TabularGPU(self.src.empty(), procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+            dataset = TabularGPU(self.src.empty(kwargs.get('extra_names', ())), procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
         super().__init__(dataset, bs=bs, shuffle=shuffle, drop_last=drop_last, **kwargs)
         self.n,self.mem_bytes,self.log = self.src.n,mem_bytes,None
         self.window_bytes()
@@ -221,7 +226,7 @@ class ParquetDataLoader(BatchDataLoader):
     def load(self, win:list, k:int, epoch:int)->tuple[TabTensors,Tensor]:
         "Window `win` (number `k` of `epoch`) read as one chunk, and its rows' positions in the chunk in this epoch's order"
         gs = sorted({g for g,_,_ in win})
-        t = self.src.read(gs, self.device, self.reader)
+        t = self.src.read(gs, self.device, self.reader, self.extra_names)
         at = dict(zip(gs, np.cumsum([0]+[int(self.src.rows[g]) for g in gs])))
         idx = torch.cat([torch.arange(at[g]+lo, at[g]+hi) for g,lo,hi in win])
         if self.shuffle:
@@ -264,7 +269,8 @@ class ParquetDataLoader(BatchDataLoader):
     def _one_pass(self):
         self._n_inp = 2 + bool(self.dataset.mh_names)
         dev = self.device or torch.device('cpu')
-        t = self.src.read([0], dev, self.reader) if len(self.src.groups) else _chunk(self.src.schema.empty_table(), self.src.names, self.src.ys, dev)
+        t = self.src.read([0], dev, self.reader, self.extra_names) if len(self.src.groups) else _chunk(
+            self.src.schema.empty_table(), self.src.names, self.src.ys, dev, self.extra_names)
         self._types = explode_types(self.create_batch(torch.zeros(min(1, t.n), dtype=torch.int64, device=t.device), t))
 
     def new(self, dataset=None, cls=None, **kwargs):

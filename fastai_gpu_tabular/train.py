@@ -15,9 +15,10 @@ from .learner import tabular_learner
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 from .stream import is_processed
+from .ranking import MRR, NDCGAt, RecallAt
 
 # %% auto #0
-__all__ = ['TrainTimer', 'main']
+__all__ = ['TrainTimer', 'parse_metrics', 'main']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 class TrainTimer(Callback):
@@ -29,6 +30,27 @@ class TrainTimer(Callback):
     def before_train(self): self._sync(); self.t0 = time.perf_counter()
     def after_batch(self): self.batches += self.training
     def after_train(self): self._sync(); self.seconds += time.perf_counter()-self.t0
+
+# %% ../nbs/08_train.ipynb #bfcf5540
+def parse_metrics(
+    names:str|None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K; None: accuracy and auc (or accuracy), or rmse
+    groups:list=(), # The loaders' `extra_names` grouping the ranking metrics (the first is used)
+    c:int|None=None, # Classes of a classification target; None for a regression
+)->list:
+    "fastai metrics from their command-line names"
+    if names is None: return ([accuracy, RocAucBinary()] if c==2 else [accuracy]) if c else [rmse]
+    res = []
+    for n in [o.strip().lower() for o in names.split(',') if o.strip()]:
+        base,_,k = n.partition('@')
+        if base in ('mrr', 'ndcg', 'recall') and not groups: raise ValueError(f"metric {n!r} ranks rows per group: pass `--group-names`, e.g. userId")
+        if base in ('ndcg', 'recall') and not k.isdigit(): raise ValueError(f"metric {n!r} needs a cutoff, e.g. {base}@10")
+        if n == 'auc': res.append(RocAucBinary())
+        elif n in ('accuracy', 'rmse'): res.append(accuracy if n == 'accuracy' else rmse)
+        elif n == 'mrr': res.append(MRR(groups[0]))
+        elif base == 'ndcg': res.append(NDCGAt(int(k), groups[0]))
+        elif base == 'recall': res.append(RecallAt(int(k), groups[0]))
+        else: raise ValueError(f"unknown metric {n!r}: use auc, accuracy, rmse, mrr, ndcg@K or recall@K")
+    return res
 
 # %% ../nbs/08_train.ipynb #936a4bfa
 @call_parse
@@ -59,6 +81,8 @@ def main(
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
     stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never)
     mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: 1/4 of its free memory)
+    group_names:str=None, # Columns grouping ranking metrics, e.g. 'userId' (raw ids; a processed folder's pass-through columns)
+    metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
@@ -82,17 +106,22 @@ def main(
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
     t0 = time.perf_counter()
+    groups = [o for o in (group_names or '').split(',') if o]
     if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
-        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device)
+        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
         to = dls.train_ds
         y_block = 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression'
     else:
         df,cols = read_data(data, rows, gpu, seed, cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
+        for g in groups:  # the raw ids, beside their processed copy
+            if g not in df.columns: raise ValueError(f"`group_names`: no column {g!r} in the data")
+            df[f'{g}_group'] = df[g]
+        groups = [f'{g}_group' for g in groups]
         to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
                         y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
         del df
-        dls = to.dataloaders(bs=bs, seed=seed, device=device)
-    metrics = ([accuracy, RocAucBinary()] if dls.c==2 else [accuracy]) if y_block=='category' else [rmse]
+        dls = to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups)
+    metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=bn, bn_cont=bn), fast=fast,
                             opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.')

@@ -70,3 +70,70 @@ def test_the_same_on_the_gpu_without_a_host_sync():
     try: gpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10)]
     finally: torch.cuda.set_sync_debug_mode('default')
     np.testing.assert_allclose([float(o) for o in gpu], [float(o) for o in cpu], rtol=1e-9)
+
+# --- the fastai metrics: group ids travel with the batches, in memory, streamed, through the CLI and over 2 ranks
+import json
+from pathlib import Path
+from fastai.tabular.all import ProgressCallback, set_seed, tabular_config, RocAucBinary
+from fastai.tabular.data import TabularDataLoaders
+from fastai_gpu_tabular.ranking import MRR, NDCGAt, RecallAt
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.train import main
+import fastai_gpu_tabular.stream
+
+def ranked_data(n=12_000):
+    df = synth_movielens(n, n_users=200, n_items=150, gpu=False)
+    df['user'], df['rating_gain'] = df['userId'].astype(str), df['target']*2. + df['hour'] % 3  # raw string ids (hashed to distinct groups); graded gains
+    return synth_tabular(df, splits=(range(int(n*.8)), range(int(n*.8), n)))
+
+METRICS = lambda: [MRR('user'), NDCGAt(10, 'user'), RecallAt(20, 'user'), NDCGAt(5, 'user', gain='rating_gain')]
+
+def fitted(dls):
+    set_seed(0)
+    learn = tabular_learner(dls, layers=[16], metrics=METRICS(), config=tabular_config(use_bn=False, bn_cont=False))
+    learn.remove_cb(ProgressCallback)
+    learn.fit(1, 1e-2)
+    return learn
+
+def test_metrics_through_fit_equal_the_functions_on_get_preds():
+    to = ranked_data()
+    learn = fitted(to.dataloaders(bs=1000, shuffle=False, extra_names=['user', 'rating_gain'], device='cpu'))
+    preds, targs, (users, gains) = learn.get_preds_extras()
+    assert len(users) == len(to.valid) and torch.equal(gains, torch.tensor(to.valid.items['rating_gain'].to_numpy(), dtype=torch.float32))
+    s, t = (preds[:, 1].log() - preds[:, 0].log()), targs.view(-1)
+    want = [mrr(s, t, users), ndcg_at_k(s, t, users, 10), recall_at_k(s, t, users, 20), ndcg_at_k(s, gains, users, 5)]
+    np.testing.assert_allclose([float(v) for v in learn.recorder.values[-1][1:]], [float(w) for w in want], rtol=1e-4)
+    assert learn.recorder.metric_names[3:-1] == ['mrr', 'ndcg@10', 'recall@20', 'ndcg@5']
+
+def test_streamed_pass_through_groups_give_the_in_memory_metrics(tmp_path):
+    to = ranked_data()
+    a = fitted(to.dataloaders(bs=1000, shuffle=False, extra_names=['user', 'rating_gain'], device='cpu')).recorder.values[-1]
+    path = to.to_parquet(tmp_path/'p', pass_names=['user', 'rating_gain'], row_group_rows=700)
+    dls = TabularDataLoaders.from_processed(path, bs=1000, shuffle=False, mem_bytes=200_000, extra_names=['user', 'rating_gain'], device='cpu')
+    np.testing.assert_allclose(fitted(dls).recorder.values[-1], a, rtol=1e-5)
+
+def test_a_metric_without_groups_says_what_to_pass():
+    to = ranked_data(3_000)
+    learn = tabular_learner(to.dataloaders(bs=500, device='cpu'), layers=[8], metrics=MRR())
+    learn.remove_cb(ProgressCallback)
+    with pytest.raises(ValueError, match="extra_names"): learn.fit(1)
+
+def test_cli_group_names_and_metrics(tmp_path):
+    learn = main(data='synth', rows=4_000, epochs=1, bs=256, cpu=True, out=str(tmp_path/'r'), group_names='userId', metrics='auc,mrr,ndcg@10,recall@20')
+    m = json.loads((tmp_path/'r'/'metrics.json').read_text())
+    assert {'roc_auc_score', 'mrr', 'ndcg@10', 'recall@20'} <= set(m) and 0 < m['ndcg@10'] <= 1
+    with pytest.raises(ValueError, match='--group-names'): main(data='synth', rows=2_000, cpu=True, out=str(tmp_path/'x'), metrics='mrr')
+    with pytest.raises(ValueError, match='needs a cutoff'): main(data='synth', rows=2_000, cpu=True, out=str(tmp_path/'x'), group_names='userId', metrics='ndcg')
+
+def test_two_ranks_give_one_process_value(tmp_path):
+    from test_distributed import launch
+    launch(2, 'tests/dist_rank_worker.py', tmp_path)
+    r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert r0['values'] == r1['values']
+    to = ranked_data()
+    learn = tabular_learner(to.dataloaders(bs=500, extra_names=['user', 'rating_gain'], device='cpu', seed=0), layers=[16], metrics=METRICS(),
+                            config=tabular_config(use_bn=False, bn_cont=False))
+    learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))
+    learn.remove_cb(ProgressCallback)
+    np.testing.assert_allclose(r0['values'], [float(v) for v in learn.validate()], rtol=1e-5)
