@@ -49,3 +49,15 @@ def test_two_gpus_stream_equal_batch_counts(tmp_path):
     launch(2, 'tests/dist_stream_worker.py', path, tmp_path, 'gpu', accelerate=True)
     r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
     assert r0['n_train'] == r1['n_train'] and not set(r0['rows']) & set(r1['rows']) and r0['valid'] == r1['valid']
+
+@pytest.mark.gpu
+def test_ranking_metrics_equal_torchmetrics_on_tie_free_data():
+    "torchmetrics imports on the GPU machine (its torchvision matches its torch; here, on the CPU build, it does not)"
+    from torchmetrics.retrieval import RetrievalMRR, RetrievalNormalizedDCG
+    from fastai_gpu_tabular.ranking import mrr, ndcg_at_k
+    g = torch.Generator().manual_seed(0)
+    groups = torch.randint(0, 500, (50_000,), generator=g).cuda()
+    preds, targs = torch.randperm(50_000, generator=g).float().cuda(), (torch.rand(50_000, generator=g) < 0.2).long().cuda()
+    for ours, theirs in ((mrr(preds, targs, groups), RetrievalMRR()), (ndcg_at_k(preds, targs, groups, 10), RetrievalNormalizedDCG(top_k=10))):
+        theirs = theirs.cuda(); theirs.update(preds, targs.bool(), indexes=groups)
+        assert abs(float(ours) - float(theirs.compute())) < 1e-6
