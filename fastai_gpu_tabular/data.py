@@ -12,6 +12,7 @@ from fastai.data.block import CategoryBlock, RegressionBlock
 from .backend import *
 from .procs import *
 from .tabular import *
+from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
 __all__ = ['GENRES', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'movielens_sample', 'movielens_tabular',
@@ -103,7 +104,7 @@ def read_data(
     seed:int=42, # Seed of 'synth'
     **names # cat_names, cont_names, mh_names, y_names: comma-separated strings or lists, for a file (or to override)
 )->tuple:
-    "(frame, column names) of `data`"
+    "(frame, column names) of `data`; a file with only `y_names` gets the other columns split by fastai's `cont_cat_split` (20 values at most: categorical)"
     if data=='synth': df,cols = synth_movielens(rows, seed=seed, gpu=gpu),dict(BENCH_SCHEMA, mh_names=BENCH_MH)
     elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)
     else:
@@ -114,6 +115,9 @@ def read_data(
     cols.update({k: _names(v) for k,v in names.items() if v})
     cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
+    if not (cols['cat_names'] or cols['cont_names'] or cols['mh_names']):  # only the target named: fastai's split of the others
+        conts,cats = _cont_cat_split(to_pandas(df.head(100_000)), max_card=20, dep_var=cols['y_names'][0])
+        cols.update(cat_names=[c for c in cats if c not in cols['y_names']], cont_names=[c for c in conts if c not in cols['y_names']])
     missing = [c for v in cols.values() for c in v if c not in df.columns]
     if missing: raise ValueError(f"columns {missing} are not in {data!r}; it has {list(df.columns)}")
     return df,cols

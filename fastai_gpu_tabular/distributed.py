@@ -13,7 +13,7 @@ from .comm import rank_world, distributed, gather_rows, broadcast_object, mean_o
 from .loader import BatchDataLoader
 
 # %% auto #0
-__all__ = ['ddp_kwargs', 'Checkpoint', 'StopAfter', 'use_rank_gpu']
+__all__ = ['ddp_kwargs', 'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -156,3 +156,17 @@ def use_rank_gpu()->torch.device:
     if not torch.cuda.is_available(): return torch.device('cpu')
     torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
     return torch.device('cuda', torch.cuda.current_device())
+
+# %% ../nbs/07_distributed.ipynb #744bcac2
+import fastai.distributed as _fai_dist
+_fai_setup_distrib = _fai_dist.setup_distrib
+
+def setup_distrib(gpu=None):
+    "fastai's `setup_distrib` (what `distrib_ctx(in_notebook=True)` calls): NCCL on GPUs; without CUDA, a gloo process group, so that `notebook_launcher` runs on CPUs"
+    if gpu is None or torch.cuda.is_available(): return _fai_setup_distrib(gpu)
+    if num_distrib() > 0:
+        from accelerate import PartialState
+        PartialState(cpu=True)  # gloo, and accelerate's state says several CPU processes: `Accelerator` then wraps the model in DDP
+    return int(gpu)
+
+_fai_dist.setup_distrib = setup_distrib  # `distrib_ctx` looks it up in fastai's module

@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_learner.ipynb #16ddb523
 from __future__ import annotations
+import json
 from fastai.tabular.all import *
 from fastai.tabular.learner import tabular_learner as _fai_tabular_learner
 from fastai.tabular.model import _one_emb_sz
@@ -13,7 +14,7 @@ from .recorder import *
 from .model import *
 
 # %% auto #0
-__all__ = ['tabular_learner']
+__all__ = ['RUN_FORMAT', 'tabular_learner', 'save_run', 'load_run']
 
 # %% ../nbs/05_learner.ipynb #a76ad92c
 _fai_contiguous = BaseLoss._contiguous
@@ -32,23 +33,28 @@ def plain_loss(self:Learner):
 
 # %% ../nbs/05_learner.ipynb #f2fa22aa
 @delegates(_fai_tabular_learner)
-def tabular_learner(dls, layers=None, emb_szs=None, config=None, n_out=None, y_range=None,
+def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:dict|None=None, n_out:int|None=None, y_range:tuple|None=None,
                     mh_mode:str='sum', # How multi-hot bags combine their embeddings: 'sum' or 'mean'
                     fast:bool=True, # `FastTabularModel`; False: fastai's `TabularModel` (`TabularModelMH` with multi-hot columns)
                     show_every:int=25, # Batches between two refreshes of the progress bar's loss (`DeviceRecorder`)
                     **kwargs):
     "fastai's `tabular_learner` with `FastTabularModel` (or fastai's model if not `fast`), multi-hot columns, a `DeviceRecorder` and `SplitExtras`"
     mh_names = getattr(dls.train_ds, 'mh_names', None) or []
+    args = dict(layers=layers, emb_szs=emb_szs, config=config, n_out=n_out, y_range=y_range, mh_mode=mh_mode, fast=fast)
     kwargs['cbs'] = L(kwargs.get('cbs')) + SplitExtras()  # pass-through columns (`extra_names`) leave the targets before the loss
     if not mh_names and not fast:
-        return _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs).record_on_device(show_every).plain_loss()
+        learn = _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs).record_on_device(show_every).plain_loss()
+        learn.model_args = args  # what `save_run` writes, to build the same model again
+        return learn
     config,layers,sz = ifnone(config, tabular_config()),ifnone(layers, [200,100]),ifnone(emb_szs, {})
     n_out = ifnone(n_out, get_c(dls))
     if not n_out: raise ValueError("`n_out` is not defined and could not be inferred from the data: pass `n_out`")
     if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
     model = (FastTabularModel if fast else TabularModelMH)(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                            mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range, **config)
-    return TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
+    learn = TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
+    learn.model_args = args
+    return learn
 
 # %% ../nbs/05_learner.ipynb #d31464e2
 @patch
@@ -60,3 +66,52 @@ def __getitem__(self:Interpretation, idxs):
     tmp_dl = self.learn.dls.test_dl(items, with_labels=True, process=not isinstance(self.dl, (TabDataLoader, BatchDataLoader)))
     inps,preds,targs,decoded = self.learn.get_preds(dl=tmp_dl, with_input=True, with_loss=False, with_decoded=True, act=self.act, reorder=False)
     return inps, preds, targs, decoded, self.losses[idxs]
+
+# %% ../nbs/05_learner.ipynb #cf005079
+RUN_FORMAT = 1  # version of model.json
+
+def _json_config(config:dict)->dict:
+    "`tabular_config`'s arguments as JSON: the activation by its `torch.nn` class name"
+    res = dict(config or {})
+    if 'act_cls' in res:
+        act = res['act_cls']
+        if type(act) is not getattr(nn, type(act).__name__, None): raise ValueError(
+            f"`save_run` stores the activation by name: {type(act).__name__} is not a `torch.nn` class; use `learn.export()`")
+        res['act_cls'] = type(act).__name__
+    return res
+
+def save_run(learn:Learner, path)->Path:
+    "Write `learn`'s procs, model arguments (JSON) and weights (safetensors) to folder `path`: no pickle"
+    from safetensors.torch import save_file
+    args = getattr(learn, 'model_args', None)
+    if args is None: raise ValueError("`save_run` needs a `Learner` made by this library's `tabular_learner` (it records the model's arguments)")
+    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    save_procs(learn.dls.train_ds, path/'procs')
+    cfg = dict(args, config=_json_config(args['config']), y_range=list(args['y_range']) if args['y_range'] is not None else None)
+    (path/'model.json').write_text(json.dumps(dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__), indent=1))
+    save_file({k: v.detach().contiguous().cpu() for k,v in get_model(learn.model).state_dict().items()}, str(path/'model.safetensors'))
+    return path
+
+def load_run(
+    path, # A folder written by `save_run` (or `fgt-train`'s `out/model`)
+    bs:int=4096, # Batch size of `test_dl`
+    device=None, # Default: fastai's `default_device()`
+)->Learner:
+    "The `Learner` saved by `save_run` in `path`, for `test_dl`, `get_preds` and `predict`"
+    from safetensors.torch import load_file
+    path = Path(path)
+    if not (path/'model.json').exists(): raise FileNotFoundError(f"{path}: no model.json; write a run folder with `save_run` or `fgt-train`")
+    d = json.loads((path/'model.json').read_text())
+    if d.get('format') != RUN_FORMAT: raise ValueError(f"{path/'model.json'}: format {d.get('format')!r}, this library reads {RUN_FORMAT}")
+    procs,names = load_procs(path/'procs')
+    cols = names['cat_names'] + names['mh_names'] + names['cont_names'] + names['y_names']
+    to = TabularGPU(pd.DataFrame({c: [] for c in cols}), procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+    dev = ifnone(device, default_device())
+    dls = TabularDataLoaders(*[BatchDataLoader(to, bs=bs, device=dev, seed=0) for _ in range(2)], path=path, device=dev)
+    m = d['model']
+    cfg = dict(m['config'])
+    if 'act_cls' in cfg: cfg['act_cls'] = getattr(nn, cfg['act_cls'])(**({'inplace': True} if cfg['act_cls']=='ReLU' else {}))
+    learn = tabular_learner(dls, layers=m['layers'], emb_szs=m['emb_szs'], config=cfg or None, n_out=m['n_out'], y_range=m['y_range'],
+                            mh_mode=m['mh_mode'], fast=m['fast'])
+    get_model(learn.model).load_state_dict(load_file(str(path/'model.safetensors'), device=str(dev)))
+    return learn

@@ -275,7 +275,8 @@ class BatchDataLoader(TfmdDL):
 
     def _one_pass(self):
         self._n_inp = 2 + bool(self.dataset.mh_names)
-        self._types = explode_types(self.create_batch(torch.zeros(1, dtype=torch.int64, device=self.tensors().device)))
+        t = self.tensors()
+        self._types = explode_types(self.create_batch(torch.zeros(min(1, t.n), dtype=torch.int64, device=t.device), t))  # no rows: `load_run`
 
     def one_batch(self):
         if len(self)==0: raise ValueError(f"this loader has no batches: {self.n} rows, bs={self.bs}, drop_last={self.drop_last}")

@@ -181,6 +181,7 @@ class ForeachLamb(Optimizer):
 # %% ../nbs/06_optimizer.ipynb #fc5c5e74
 class ExcludeEmbeddings(Callback):
     "Step `nn.Embedding` and `nn.EmbeddingBag` parameters without LAMB's trust ratio (`ForeachLamb`'s `layer_adapt` state)"
+    def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
     def before_fit(self):
         if not isinstance(self.opt, ForeachLamb):
             raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")

@@ -95,6 +95,7 @@ def record_on_device(self:Learner,
 class CheckNoSync(Callback):
     "Raise where the training loop synchronises with the GPU, from the second batch of each epoch on"
     order = -100
+    def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
     def before_batch(self):
         if self.training and self.iter > 0 and torch.cuda.is_available(): torch.cuda.set_sync_debug_mode('error')
     def after_train(self):

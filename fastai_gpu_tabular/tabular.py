@@ -5,6 +5,7 @@
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
 import json, os, shutil, uuid, warnings
+import torch
 from contextlib import contextmanager
 from typing import Callable
 from pathlib import Path
@@ -87,8 +88,8 @@ def _our_proc(p):
 
 # %% ../nbs/02_tabular.ipynb #e95babed
 def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like:pd.DataFrame|None=None)->tuple:
-    "(train, valid) row positions: a random `valid_pct` of `n` rows for validation, on `like`'s device if given"
-    perm = np.random.RandomState(seed).permutation(n)
+    "(train, valid) row positions, sorted: the rows fastai's `RandomSplitter(valid_pct, seed)` picks, on `like`'s device if given"
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()  # fastai's draw, without touching the global seed
     cut = int(valid_pct*n)
     res = np.sort(perm[cut:]), np.sort(perm[:cut])
     return res if like is None else tuple(as_index_array(o, like) for o in res)

@@ -7,23 +7,26 @@ from __future__ import annotations
 import json, time
 from fastai.tabular.all import *
 from fastai.distributed import *
-from .backend import gpu_available
+from .backend import gpu_available, read_frame
 from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data
-from .learner import tabular_learner
+from .learner import tabular_learner, save_run, load_run
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
-from .stream import is_processed
+from .backend import to_pandas
+from .stream import is_processed, read_dataset_info
 from .ranking import MRR, NDCGAt, RecallAt
 
 # %% auto #0
-__all__ = ['TrainTimer', 'parse_metrics', 'main']
+__all__ = ['TrainTimer', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'main', 'predict',
+           'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 class TrainTimer(Callback):
     "Seconds and batches of the training phases of a fit"
     order = 95
+    def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
     def before_fit(self): self.seconds,self.batches = 0.,0
     def _sync(self):
         if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.synchronize()
@@ -52,6 +55,48 @@ def parse_metrics(
         else: raise ValueError(f"unknown metric {n!r}: use auc, accuracy, rmse, mrr, ndcg@K or recall@K")
     return res
 
+# %% ../nbs/08_train.ipynb #5c8b0930
+def auto_bs(n_rows:int, world:int=1, steps:int=500)->int:
+    "Rows a batch per process for about `steps` steps an epoch over `n_rows` training rows: a power of 2 from 64 to 65,536"
+    return int(2**np.clip(np.round(np.log2(max(n_rows, 1)/(steps*world))), 6, 16))
+
+def baseline(to, y_block:str)->dict|None:
+    "The validation score of a constant guess: the training split's majority class (accuracy) or mean (rmse); None for streamed data"
+    if not len(getattr(to, 'items', ())) or not len(to.valid) or not to.y_names: return None
+    y = to.y_names[0]
+    tr,va = to_pandas(to.train.items[y]),to_pandas(to.valid.items[y])
+    if y_block == 'category': return dict(metric='accuracy', value=float((va == tr.mode().iloc[0]).mean()), guess='the majority class')
+    return dict(metric='_rmse', value=float(np.sqrt(((va.astype(float) - tr.mean())**2).mean())), guess='the mean')
+
+def report_baseline(base:dict, res:dict):
+    "Print the constant guess's score beside the model's; warn when the model does not beat it"
+    m = res.get(base['metric'])
+    print(f"baseline ({base['guess']}, always): {base['metric'].strip('_')} {base['value']:.4f}")
+    if m is not None and (m <= base['value'] if base['metric']=='accuracy' else m >= base['value']): warn(
+        f"the model does not beat always guessing {base['guess']} ({base['metric'].strip('_')} {m:.4f} vs {base['value']:.4f}): "
+        f"try more `--epochs`, another `--lr` or `--bs`, or fewer high-cardinality categorical columns")
+
+def target_range(to)->tuple|None:
+    "`y_range` for a regression: the training targets' range, widened by 5% each side (fastai's advice for `tabular_learner`)"
+    if not len(getattr(to, 'items', ())) or not to.y_names: return None
+    y = to_pandas(to.train.items[to.y_names[0]]).astype(float)
+    lo,hi = float(y.min()),float(y.max())
+    return (lo - 0.05*(hi-lo), hi + 0.05*(hi-lo))
+
+def pick_lr(learn, out, opt:str, resume:bool=False)->float:
+    "A run's learning rate given none: `lr_find`'s valley in one process; under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"
+    fn = Path(out)/'lr.json'
+    if resume and fn.exists(): return json.loads(fn.read_text())['lr']
+    world,bs = max(num_distrib(), 1),learn.dls.train.bs
+    if num_distrib():  # under a launcher: lr_find on one rank would meet the others' collectives; a rule every rank computes alike
+        lr,how = large_batch_lr(bs*world, *((5e-3, 1024) if opt=='lamb' else (2e-3, 64))),'square-root rule'
+    else:
+        epoch = learn.dls.train.epoch  # lr_find draws batches: the run's epochs must not move
+        with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(show_plot=False).valley),"lr_find's valley"
+        learn.dls.train.epoch = epoch
+    if not rank_distrib(): fn.parent.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(dict(lr=lr, how=how)))
+    return lr
+
 # %% ../nbs/08_train.ipynb #936a4bfa
 @call_parse
 def main(
@@ -64,10 +109,10 @@ def main(
     rows:int=1_000_000, # Rows of 'synth'
     valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
     layers:str='512,256', # Hidden layer sizes, comma-separated
-    bs:int=1024, # Batch size of each process
-    lr:float=None, # Maximum learning rate (default: `large_batch_lr` from 5e-3 at 1,024 for all processes' batch)
+    bs:int=None, # Batch size of each process (default: `auto_bs`, about 500 steps an epoch)
+    lr:float=None, # Maximum learning rate (default: `pick_lr`: `lr_find`'s valley in one process, a rule in several)
     epochs:int=3, # Epochs of `fit_one_cycle`
-    opt:str='lamb', # 'lamb' (`ForeachLamb`, embeddings without the trust ratio) or 'adam' (fastai's)
+    opt:str='auto', # 'lamb' (`ForeachLamb`, embeddings without the trust ratio), 'adam' (fastai's), or 'auto': LAMB from 16,384 rows a step (all processes), else Adam
     precision:str='fp32', # 'fp32', 'bf16' (`to_bf16`) or 'fp16' (`to_fp16`, with a gradient scaler)
     out:str='fgt_run', # Output folder: checkpoint, model, procs, metrics
     seed:int=42, # Seed of the split, the weights and the batch order
@@ -75,8 +120,8 @@ def main(
     checkpoint_every:int=0, # Also checkpoint every this many training batches (0: at the end of each epoch only)
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
     bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
-    bn:bool_arg=True, # BatchNorm in the model (fastai's `use_bn` and `bn_cont`)
-    fast:bool_arg=True, # `FastTabularModel` (False: fastai's `TabularModel`)
+    no_bn:store_true=False, # No BatchNorm in the model (fastai's `use_bn` and `bn_cont` off)
+    fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
     stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never)
@@ -87,10 +132,10 @@ def main(
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
-    if opt not in ('lamb', 'adam'): raise ValueError(f"`opt` must be 'lamb' or 'adam', not {opt!r}")
+    if opt not in ('auto', 'lamb', 'adam'): raise ValueError(f"`opt` must be 'auto', 'lamb' or 'adam', not {opt!r}")
     if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")
     if epochs < 1: raise ValueError(f"`epochs` must be at least 1, not {epochs}")
-    if bs < 1: raise ValueError(f"`bs` must be a positive number of rows, not {bs}")
+    if bs is not None and bs < 1: raise ValueError(f"`bs` must be a positive number of rows, not {bs}")
     ck = Path(out)/'checkpoint.pth'
     if resume and not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
     if resume and (st := torch.load(ck, map_location='cpu', weights_only=False))['epoch'] >= epochs:
@@ -108,6 +153,7 @@ def main(
     t0 = time.perf_counter()
     groups = [o for o in (group_names or '').split(',') if o]
     if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
+        bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
         dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
         to = dls.train_ds
         y_block = 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression'
@@ -120,27 +166,62 @@ def main(
         to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
                         y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
         del df
+        bs = ifnone(bs, auto_bs(len(to.train), world))
         dls = to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups)
+    if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
     metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
-    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=bn, bn_cont=bn), fast=fast,
-                            opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.')
+    base = baseline(to, y_block)
+    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
+                            opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
+                            y_range=target_range(to) if y_block=='regression' else None)
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
     if precision=='bf16': learn.to_bf16()
     if precision=='fp16': learn.to_fp16()
     timer,stop = TrainTimer(),StopAfter(stop_after)
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
-    lr = ifnone(lr, large_batch_lr(bs*world, 5e-3, 1024))
+    if lr is None: lr = pick_lr(learn, out, opt, resume)
     t1 = time.perf_counter()
     with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads)): learn.fit_one_cycle(epochs, lr, cbs=cbs)
     if stop.stopped or rank_distrib(): return learn
-    torch.save(get_model(learn.model).state_dict(), out/'model.pth')  # first: nothing below can lose the trained model
-    save_procs(to, out/'procs')
+    save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:])
     res = {k: float(v) for k,v in vals if v is not None}
-    res.update(world_size=world, bs=bs, lr=lr, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
+    res.update(baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
                prep_s=t1-t0, device=str(device))
     (out/'metrics.json').write_text(json.dumps(res, indent=1))
     print(f"{world} process(es) on {device.type}: " + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names) +
           f"; training {res['train_rows_s'] or 0:,.0f} rows/s; preprocessing {t1-t0:.1f}s; saved to {out}")
+    if base is not None: report_baseline(base, res)
     return learn
+
+# %% ../nbs/08_train.ipynb #84637bc0
+def predict(
+    model:str=None, # A run folder: `fgt-train`'s `--out` (or its `model/`), or one written by `save_run`
+    data:str=None, # A .parquet or .csv file of rows to score: the training columns (the target may be absent)
+    out:str='preds.parquet', # Where to write the predictions: .parquet or .csv
+    bs:int=4096, # Rows a batch
+    cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
+)->pd.DataFrame:
+    "Score the rows of `data` with a run folder's model: `pred` (the class or value) and, for a classifier, `prob_<class>`"
+    if model is None or data is None: raise ValueError("`fgt-predict` needs `--model` (a run folder) and `--data` (a .parquet or .csv file)")
+    folder = Path(model)
+    if (folder/'model'/'model.json').exists(): folder = folder/'model'
+    if Path(out).suffix not in ('.parquet', '.csv'): raise ValueError(f"`out` must end in .parquet or .csv, not {out!r}")
+    dev = torch.device('cpu') if cpu or not torch.cuda.is_available() else default_device()
+    learn = load_run(folder, bs=bs, device=dev)
+    learn.remove_cb(ProgressCallback)
+    preds = learn.get_preds(dl=learn.dls.test_dl(read_frame(data, dev.type=='cuda' and gpu_available())))[0].float()
+    cat = next((p for p in learn.dls.train_ds.procs if isinstance(p, Categorize)), None)
+    if cat is not None:
+        res = pd.DataFrame({'pred': np.asarray(cat.vocab)[preds.argmax(1).numpy()], **{f'prob_{v}': preds[:,i].numpy() for i,v in enumerate(cat.vocab)}})
+    else: res = pd.DataFrame({f'pred_{n}' if preds.shape[1] > 1 else 'pred': preds[:,i].numpy() for i,n in enumerate(learn.dls.train_ds.y_names)})
+    (res.to_parquet if Path(out).suffix=='.parquet' else res.to_csv)(out, index=False)
+    print(f"{len(res):,} rows scored with {folder}: {out}")
+    return res
+
+def predict_cli():
+    "`fgt-predict`: `predict` with its arguments from the command line (a second `call_parse` here would also run under `python -m`)"
+    from fastcore.script import anno_parser
+    args = anno_parser(predict).parse_args().__dict__
+    predict(**{k: v for k,v in args.items() if k not in ('pdb', 'xtra')})

