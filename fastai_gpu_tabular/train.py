@@ -19,8 +19,8 @@ from .stream import is_processed, read_dataset_info
 from .ranking import MRR, NDCGAt, RecallAt
 
 # %% auto #0
-__all__ = ['TrainTimer', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'main', 'predict',
-           'predict_cli']
+__all__ = ['TrainTimer', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'main',
+           'predict', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 class TrainTimer(Callback):
@@ -33,6 +33,26 @@ class TrainTimer(Callback):
     def before_train(self): self._sync(); self.t0 = time.perf_counter()
     def after_batch(self): self.batches += self.training
     def after_train(self): self._sync(); self.seconds += time.perf_counter()-self.t0
+
+# %% ../nbs/08_train.ipynb #a0e74685
+class KeepBest(SaveModelCallback):
+    "fastai's `SaveModelCallback` on the validation loss, quiet, across `--resume`: the best epoch's weights end the run (`out`/best.json keeps its value)"
+    def __init__(self, out, resume:bool=False):
+        super().__init__(monitor='valid_loss', fname='best', with_opt=False)
+        self.state_fn,self.resume = Path(out)/'best.json',resume
+    def before_fit(self):
+        super().before_fit()
+        if self.resume and self.state_fn.exists(): self.best = json.loads(self.state_fn.read_text())['valid_loss']
+    def before_epoch(self): self.n_values = len(self.recorder.values)
+    def after_epoch(self):
+        vals = self.recorder.values
+        if len(vals) == getattr(self, 'n_values', 0) or self.idx >= len(vals[-1]): return  # an epoch skipped on resuming: nothing validated
+        TrackerCallback.after_epoch(self)
+        if self.new_best:
+            self._save(self.fname)
+            if not rank_distrib(): self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch)))
+    def after_fit(self):
+        if np.isfinite(self.best): super().after_fit()  # the same on every rank (the file may not be there yet on the others); inf: stopped before an epoch ended
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(
@@ -125,6 +145,7 @@ def main(
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
     stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never)
+    last:store_true=False, # Keep the last epoch's weights (default: the epoch with the lowest validation loss)
     mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: 1/4 of its free memory)
     group_names:str=None, # Columns grouping ranking metrics, e.g. 'userId' (raw ids; a processed folder's pass-through columns)
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
@@ -144,6 +165,7 @@ def main(
         return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
     device,world,out = state.device,max(num_distrib(), 1),Path(out)
+    if device.type == 'cpu': device = torch.device('cpu')  # not 'cpu:0', which torch.load cannot map back
     gpu = device.type=='cuda' and gpu_available()
     if precision != 'fp32' and device.type != 'cuda':
         warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
@@ -180,12 +202,15 @@ def main(
     if precision=='fp16': learn.to_fp16()
     timer,stop = TrainTimer(),StopAfter(stop_after)
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
+    if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
     if lr is None: lr = pick_lr(learn, out, opt, resume)
     t1 = time.perf_counter()
-    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads)): learn.fit_one_cycle(epochs, lr, cbs=cbs)
+    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads)):
+        learn.fit_one_cycle(epochs, lr, cbs=cbs)
+        final = None if stop.stopped or last or not dls.valid.n else learn.validate()  # the kept (best) epoch's metrics, every rank
     if stop.stopped or rank_distrib(): return learn
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
-    vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:])
+    vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:] if final is None else final)
     res = {k: float(v) for k,v in vals if v is not None}
     res.update(baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
                prep_s=t1-t0, device=str(device))

@@ -22,6 +22,7 @@ def test_defaults_beat_the_baseline_and_predict_reads_the_run(diamonds, tmp_path
     assert m['opt'] == 'adam' and m['bs'] == auto_bs(16_000) == 64
     assert m['_rmse'] < 0.25 * m['baseline']['value'] and 'baseline (the mean, always): rmse' in capsys.readouterr().out
     assert json.loads((tmp_path/'run'/'lr.json').read_text())['how'] == "lr_find's valley"
+    assert json.loads((tmp_path/'run'/'best.json').read_text())['valid_loss'] == pytest.approx(m['valid_loss'], rel=1e-5)  # the kept epoch's
     assert sorted(p.name for p in (tmp_path/'run'/'model').iterdir()) == ['model.json', 'model.safetensors', 'procs']
     new = pd.read_parquet(diamonds).drop(columns=['log_price']).iloc[:300]
     new.to_csv(tmp_path/'new.csv', index=False)
