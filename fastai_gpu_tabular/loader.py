@@ -74,13 +74,17 @@ class TabTensors:
         self.extras = [mv(extra_tensor(df[n])) for n in extra_names]
         self.n,self.device = n,target
 
+    def apply(self, f):
+        "A copy with `f` applied to each tensor"
+        res = copy(self)
+        res.cats,res.conts,res.ys = f(self.cats),f(self.conts),None if self.ys is None else f(self.ys)
+        res.mh,res.extras = {m: tuple(f(t) for t in vo) for m,vo in self.mh.items()},[f(t) for t in self.extras]
+        res.device = res.cats.device
+        return res
+
     def to(self, device):
         "These tensors on `device`"
-        res = copy(self)
-        for k in ('cats','conts','ys'): setattr(res, k, None if getattr(self, k) is None else getattr(self, k).to(device))
-        res.mh,res.device = {m: tuple(t.to(device) for t in vo) for m,vo in self.mh.items()},torch.device(device)
-        res.extras = [t.to(device) for t in self.extras]
-        return res
+        return self.apply(lambda t: t.to(device))
 
 # %% ../nbs/04_loader.ipynb #97a30d93
 def share_gpu_memory(

@@ -120,20 +120,12 @@ class ProcessedSplit:
         return self.schema.empty_table().select(cols).to_pandas() if self.schema is not None else pd.DataFrame(columns=cols)
 
 # %% ../nbs/04c_stream.ipynb #4ef99ebc
-def _apply_tensors(t:TabTensors, f)->TabTensors:
-    "A `TabTensors` of `f` applied to each tensor of `t`"
-    res = copy(t)
-    res.cats,res.conts,res.ys = f(t.cats),f(t.conts),None if t.ys is None else f(t.ys)
-    res.mh,res.extras = {m: tuple(f(x) for x in vo) for m,vo in t.mh.items()},[f(x) for x in t.extras]
-    res.device = res.cats.device
-    return res
-
 def _to_gpu(t:TabTensors, device)->TabTensors:
     "Host tensors `t` on `device`: copied from pinned memory on a side stream that only this (reading) thread waits for"
     side,main = torch.cuda.Stream(device),torch.cuda.default_stream(device)
-    with torch.cuda.stream(side): res = _apply_tensors(t, lambda x: x.pin_memory().to(device, non_blocking=True))
+    with torch.cuda.stream(side): res = t.apply(lambda x: x.pin_memory().to(device, non_blocking=True))
     side.synchronize()
-    return _apply_tensors(res, lambda x: x.record_stream(main) or x)  # freed later, after the training stream's use
+    return res.apply(lambda x: x.record_stream(main) or x)  # freed later, after the training stream's use
 
 def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
