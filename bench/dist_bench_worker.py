@@ -19,6 +19,7 @@ p.add_argument('--repeats', type=int, default=3)
 p.add_argument('--precision', default='bf16')
 p.add_argument('--bf16-grads', action='store_true')
 p.add_argument('--bucket-view', action='store_true')
+p.add_argument('--dense-embeddings', action='store_true', help='every embedding table all-reduced whole by DDP (no sparse exchange)')
 a = p.parse_args()
 state = PartialState()
 torch.cuda.set_device(state.local_process_index)
@@ -62,12 +63,21 @@ else:
     if a.precision == 'bf16': learn.to_bf16()
     learn.remove_cb(ProgressCallback)
     n_batches = len(learn.dls.train) // world
-    res.update(bf16_grads=a.bf16_grads, bucket_view=a.bucket_view)
-    with learn.distrib_ctx(sync_bn=False, **ddp_kwargs(a.bf16_grads, a.bucket_view)):
+    res.update(bf16_grads=a.bf16_grads, bucket_view=a.bucket_view, dense_embeddings=a.dense_embeddings)
+    with learn.distrib_ctx(sync_bn=False, **ddp_kwargs(a.bf16_grads, a.bucket_view, sparse_embeddings=False if a.dense_embeddings else None)):
         rate, ts = learner_rate(learn, a.bs, min(a.rows_timed, (n_batches - 4) * a.bs), a.repeats, warm=3)
+        sp = getattr(learn, 'sparse_embedding_grads', None)
+        if sp is not None and sp.names:  # the exchange alone, timed over 20 steps after the timed runs (a sync around each)
+            ms, step = [], sp.before_step
+            def timed_step():
+                torch.cuda.synchronize(); t = time.perf_counter(); step(); torch.cuda.synchronize(); ms.append((time.perf_counter() - t) * 1e3)
+            sp.before_step = timed_step
+            learner_rate(learn, a.bs, 20 * a.bs, 1, warm=1)
+            del sp.before_step
+            res.update(sparse_tables=sp.names, sparse_rows=sp.rows, table_params=[p.numel() for p in sp.params], exchange_MB=round(sp.bytes / 2**20, 1), exchange_ms=round(statistics.median(ms), 3))
     res.update(rows=a.rows, bs_per_gpu=a.bs, precision=a.precision, rows_s=round(rate * world), times=[round(t, 4) for t in ts],
                step_ms=round(a.bs / rate * 1e3, 3), n_params=sum(p.numel() for p in learn.model.parameters()))
 if rank == 0:
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out)/f"{a.what}_{world}{'_bf16g' if a.bf16_grads else ''}.json").write_text(json.dumps(res, indent=1))
+    (Path(a.out)/f"{a.what}_{world}{'_bf16g' if a.bf16_grads else ''}{'_dense' if a.dense_embeddings else ''}.json").write_text(json.dumps(res, indent=1))
     print(res, flush=True)

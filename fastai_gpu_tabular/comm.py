@@ -5,11 +5,12 @@
 # %% ../nbs/03a_comm.ipynb #c41d2971
 from __future__ import annotations
 import random, torch
+from contextlib import contextmanager
 from fastcore.basics import ifnone
 
 # %% auto #0
-__all__ = ['distributed', 'rank_world', 'dist_device', 'gather_rows', 'sum_ranks', 'mean_over_ranks', 'broadcast_object',
-           'shared_seed']
+__all__ = ['distributed', 'rank_world', 'dist_device', 'all_gather_cat', 'gather_rows', 'sum_ranks', 'mean_over_ranks',
+           'broadcast_object', 'shared_seed']
 
 # %% ../nbs/03a_comm.ipynb #f4fc688d
 def distributed()->bool:
@@ -31,18 +32,23 @@ def dist_device()->torch.device:
     return torch.device('cuda', torch.cuda.current_device()) if torch.distributed.get_backend()=='nccl' else torch.device('cpu')
 
 # %% ../nbs/03a_comm.ipynb #1925bec5
+def all_gather_cat(x:torch.Tensor)->torch.Tensor:
+    "`x` from every rank, concatenated along the first dimension in rank order; every rank's `x` has the same shape"
+    w = torch.distributed.get_world_size()
+    if torch.distributed.get_backend() == 'nccl':  # one buffer, no copies
+        res = x.new_empty((w*len(x),)+x.shape[1:])
+        torch.distributed.all_gather_into_tensor(res, x.contiguous())
+        return res
+    res = [torch.empty_like(x) for _ in range(w)]
+    torch.distributed.all_gather(res, x.contiguous())
+    return torch.cat(res)
+
 def gather_rows(x:torch.Tensor)->torch.Tensor:
     "`x`'s rows from every rank, concatenated in rank order; ranks may hold different numbers of rows"
-    w = torch.distributed.get_world_size()
-    n = torch.tensor([len(x)], device=x.device)
-    ns = [torch.zeros_like(n) for _ in range(w)]
-    torch.distributed.all_gather(ns, n)
-    ns = [int(o) for o in ns]
+    ns = all_gather_cat(torch.tensor([len(x)], device=x.device)).tolist()
     pad = x.new_zeros((max(ns),)+x.shape[1:])
     pad[:len(x)] = x
-    res = [torch.empty_like(pad) for _ in range(w)]
-    torch.distributed.all_gather(res, pad)
-    return torch.cat([r[:k] for r,k in zip(res, ns)])
+    return torch.cat([r[:k] for r,k in zip(all_gather_cat(pad).split(max(ns)), ns)])
 
 def sum_ranks(t:torch.Tensor)->torch.Tensor:
     "`t` summed over the ranks (on `dist_device`), or `t` itself in one process"

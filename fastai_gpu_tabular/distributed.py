@@ -9,11 +9,16 @@ from fastai.basics import *
 from fastai.distributed import *
 from fastai.distributed import DistributedTrainer
 from fastai.learner import SkipToEpoch
-from .comm import rank_world, distributed, gather_rows, broadcast_object, mean_over_ranks
+from dataclasses import dataclass
+from torch.nn.parallel import DistributedDataParallel
+from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHookType
+from .comm import rank_world, distributed, dist_device, gather_rows, all_gather_cat, broadcast_object, mean_over_ranks
 from .loader import BatchDataLoader
+from .recorder import allowed_sync
 
 # %% auto #0
-__all__ = ['ddp_kwargs', 'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
+__all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'Checkpoint', 'StopAfter',
+           'use_rank_gpu', 'setup_distrib']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -68,13 +73,110 @@ def _wrap_dl(self:DistributedTrainer, dl):
 
 # %% ../nbs/07_distributed.ipynb #73c12766
 def ddp_kwargs(
-    bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`)
+    bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`), the sparse rows too
     bucket_view:bool=False, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`; slower in bench_dist.py)
+    sparse_embeddings:bool|None=None, # Embedding rows exchanged sparsely: None by `sparse_tables`' rule, True every table, False none
 )->dict:
-    "Keyword arguments for `learn.distrib_ctx(...)` setting how `DistributedDataParallel` all-reduces the gradients"
-    from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHookType
+    "Keyword arguments for `learn.distrib_ctx(...)` setting how the gradients are exchanged (`DistributedDataParallel`'s options and ours)"
     hook = DDPCommunicationHookType.BF16 if bf16_grads else DDPCommunicationHookType.NO
-    return dict(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=bucket_view, comm_hook=hook)])
+    return dict(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=bucket_view, comm_hook=hook)], sparse_embeddings=sparse_embeddings)
+
+# %% ../nbs/07_distributed.ipynb #557be716
+def embedding_tables(model)->dict:
+    "The embedding tables of a fastai `TabularModel` (or ours): {parameter name: (kind, column)} with kind 'embeds' or 'bags'"
+    m = get_model(model)
+    return {f'{k}.{i}.weight': (k, i) for k in ('embeds', 'bags') for i,e in enumerate(getattr(m, k, [])) if e.weight.requires_grad}
+
+def expected_rows(n:int, m:int)->float:
+    "Expected distinct rows among `m` uniform draws from `n`: the most a column touches on average (skewed ids touch fewer)"
+    return n*(1-(1-1/n)**m)
+
+def sparse_tables(model, bs:int, world:int,
+    n_acc:int=1, # Batches a step (gradient accumulation)
+    sparse:bool|None=None, # True: every table; False: none; None: the rule
+    min_rows:int=1024, # Smaller tables stay dense under the rule
+)->list:
+    "Names of the tables exchanged row-sparsely; the rule: N >= `min_rows` and world × `expected_rows`(N, bs·n_acc) < 2N"
+    if sparse is False or world < 2: return []
+    ps = dict(get_model(model).named_parameters())
+    return [k for k in embedding_tables(model) if sparse or (len(ps[k]) >= min_rows and world*expected_rows(len(ps[k]), bs*n_acc) < 2*len(ps[k]))]
+
+# %% ../nbs/07_distributed.ipynb #161e0be0
+class SparseEmbeddingGrads(Callback):
+    "Leave the large embedding tables out of DDP and exchange only the rows a step touched: every rank ends with DDP's mean gradient"
+    order = 8  # after `GradientAccumulation` decides to step (6), before `MixedPrecision` unscales (10) and `DistributedTrainer` wraps (11)
+    def __init__(self,
+        sparse:bool|None=None, # True: every table; False: none (plain DDP); None: `sparse_tables`' rule
+        bf16:bool=False, # Send the rows in bf16, as `ddp_kwargs(bf16_grads=True)` does the dense gradients
+    ): store_attr(); self.names,self.hook,self.rows,self.params = [],None,[],[]
+
+    def before_fit(self):
+        model = get_model(self.model)
+        acc = getattr(self.learn, 'gradient_accumulation', None)
+        bs = self.dls.train.bs
+        n_acc = max(1, -(-acc.n_acc//bs)) if acc is not None else 1
+        self.names = sparse_tables(model, bs, num_distrib(), n_acc, self.sparse) if distributed() else []
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, self.names)
+        if not self.names: return
+        ps,tabs = dict(model.named_parameters()),embedding_tables(model)
+        self.params = [ps[n] for n in self.names]
+        self.srcs = [tabs[n] for n in self.names]
+        for p in self.params: torch.distributed.broadcast(p.data, 0)  # DDP broadcasts the others at wrapping
+        self.masks = [torch.zeros(len(p), dtype=torch.bool, device=p.device) for p in self.params]
+        self.hook = model.register_forward_pre_hook(self._touched)
+
+    def _touched(self, mod, args):
+        "Mark the rows of each table that this batch's codes touch"
+        if not (mod.training and torch.is_grad_enabled()): return
+        for mask,(kind,i) in zip(self.masks, self.srcs):
+            mask[(args[0][:, i] if kind=='embeds' else args[2][i][0]).reshape(-1)] = True
+
+    def before_step(self):
+        if not self.names: return
+        world = num_distrib()
+        for p in self.params:
+            if p.grad is None: p.grad = torch.zeros_like(p)
+        counts = all_gather_cat(torch.stack([m.sum() for m in self.masks])[None].to(dist_device()))
+        with allowed_sync(): counts = counts.tolist()  # the step's one host sync: the buffers' sizes
+        self.rows = [max(c[t] for c in counts) for t in range(len(self.params))]  # rows a rank sends, a table (the padded count)
+        for t,(p,mask) in enumerate(zip(self.params, self.masks)):
+            ns = [c[t] for c in counts]
+            if not self.rows[t]: continue  # no rank touched a row: the gradient is zero everywhere
+            idx = torch.nonzero_static(mask, size=self.rows[t], fill_value=0).squeeze(1)  # this rank's rows, ascending, padded
+            g = p.grad[idx].to(torch.bfloat16) if self.bf16 else p.grad[idx]
+            gi,gr = all_gather_cat(idx),all_gather_cat(g.mul_(1/world))  # DDP's order: divide, then sum
+            p.grad.zero_()
+            for r,n in enumerate(ns): p.grad.index_add_(0, gi[r*len(idx):r*len(idx)+n], gr[r*len(idx):r*len(idx)+n].to(p.grad.dtype))
+            mask.zero_()
+
+    def after_fit(self):
+        if self.hook is not None: self.hook.remove(); self.hook = None
+        get_model(self.model).__dict__.pop('_ddp_params_and_buffers_to_ignore', None)
+    after_cancel_fit = after_fit
+
+    @property
+    def bytes(self)->int:
+        "Bytes each rank received in the last exchange: (world - 1) x the rows x (a row's gradient + its int64 index)"
+        return sum((num_distrib()-1)*n*(p.shape[1]*(2 if self.bf16 else p.element_size())+8) for n,p in zip(self.rows, self.params))
+
+# %% ../nbs/07_distributed.ipynb #8b999cf1
+_fai_to_distributed,_fai_detach_distributed = Learner.to_distributed,Learner.detach_distributed
+
+@patch
+def to_distributed(self:Learner, sync_bn=True,
+    sparse_embeddings:bool|None=None, # `SparseEmbeddingGrads`' `sparse` (from `ddp_kwargs`; by default its rule)
+    **kwargs # Passed to fastai's `to_distributed` (accelerate's `Accelerator`)
+):
+    "fastai's, with `SparseEmbeddingGrads` (rows in bf16 where `ddp_kwargs(bf16_grads=True)` sends the dense gradients so)"
+    _fai_to_distributed(self, sync_bn, **kwargs)
+    h = self.distributed_trainer.accelerator.ddp_handler
+    return self.add_cb(SparseEmbeddingGrads(sparse_embeddings, getattr(h, 'comm_hook', None) == DDPCommunicationHookType.BF16))
+
+@patch
+def detach_distributed(self:Learner):
+    "fastai's, removing `SparseEmbeddingGrads` too"
+    if num_distrib() > 1: self.remove_cb(SparseEmbeddingGrads)
+    return _fai_detach_distributed(self)
 
 # %% ../nbs/07_distributed.ipynb #3b9d4522
 class Checkpoint(Callback):

@@ -9,7 +9,7 @@ from fastai.callback.progress import ProgressCallback
 from .comm import mean_over_ranks
 
 # %% auto #0
-__all__ = ['DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync']
+__all__ = ['DeviceAvgLoss', 'DeviceSmoothLoss', 'DeviceRecorder', 'CheckNoSync', 'allowed_sync']
 
 # %% ../nbs/04a_recorder.ipynb #6f07033b
 class DeviceAvgLoss(AvgLoss):
@@ -101,3 +101,12 @@ class CheckNoSync(Callback):
     def after_train(self):
         if torch.cuda.is_available(): torch.cuda.set_sync_debug_mode('default')
     after_cancel_train = after_fit = after_cancel_fit = after_train
+
+@contextmanager
+def allowed_sync():
+    "Let the code inside wait for the GPU under `CheckNoSync`: the one documented synchronisation of a step"
+    if not torch.cuda.is_available(): yield; return
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(0)
+    try: yield
+    finally: torch.cuda.set_sync_debug_mode(mode)

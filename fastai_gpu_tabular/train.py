@@ -140,6 +140,7 @@ def main(
     checkpoint_every:int=0, # Also checkpoint every this many training batches (0: at the end of each epoch only)
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
     bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
+    dense_embeddings:store_true=False, # All-reduce every embedding table whole (DDP's way), not only the rows a step touched
     no_bn:store_true=False, # No BatchNorm in the model (fastai's `use_bn` and `bn_cont` off)
     fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
@@ -205,15 +206,17 @@ def main(
     if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
     if lr is None: lr = pick_lr(learn, out, opt, resume)
     t1 = time.perf_counter()
-    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads)):
+    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=False if dense_embeddings else None)):
         learn.fit_one_cycle(epochs, lr, cbs=cbs)
+        sparse = getattr(learn, 'sparse_embedding_grads', None)
+        sparse = sparse.names if sparse is not None else []
         final = None if stop.stopped or last or not dls.valid.n else learn.validate()  # the kept (best) epoch's metrics, every rank
     if stop.stopped or rank_distrib(): return learn
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:] if final is None else final)
     res = {k: float(v) for k,v in vals if v is not None}
     res.update(baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
-               prep_s=t1-t0, device=str(device))
+               prep_s=t1-t0, device=str(device), sparse_tables=sparse)
     (out/'metrics.json').write_text(json.dumps(res, indent=1))
     print(f"{world} process(es) on {device.type}: " + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names) +
           f"; training {res['train_rows_s'] or 0:,.0f} rows/s; preprocessing {t1-t0:.1f}s; saved to {out}")

@@ -36,7 +36,7 @@ def weights(out):
 def assert_same_weights(a, b, tol=1e-5):
     wa, wb = weights(a), weights(b)
     assert list(wa) == list(wb)
-    for k in wa: torch.testing.assert_close(wb[k].float(), wa[k].float(), rtol=tol, atol=tol, msg=k)
+    for k in wa: torch.testing.assert_close(wb[k].float(), wa[k].float(), rtol=tol, atol=tol, msg=lambda m: f'{k}: {m}')
 
 def test_two_ranks_shard_train_and_gather_validation_exactly(tmp_path):
     launch(2, 'tests/dist_worker.py', tmp_path)
@@ -77,6 +77,29 @@ def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
     assert (st['epoch'], st['batch']) == (1, 5)
     train(tmp_path, 'cut', n, *common, '--resume')
     assert_same_weights(whole, cut, tol=1e-6)
+    sparse = json.loads((cut/'metrics.json').read_text())['sparse_tables']
+    assert sparse == (['embeds.0.weight', 'embeds.1.weight'] if n == 2 else [])  # users and movies row-sparsely across 2 ranks
+
+def check_sparse(out, tol=1e-6):
+    "dist_sparse_worker.py's parameters: ours as plain DDP's (bit for bit with the sparse path off), every rank alike"
+    tables = json.loads((out/'tables_rank0.json').read_text())
+    assert tables == json.loads((out/'tables_rank1.json').read_text())
+    large, small = ['embeds.0.weight', 'embeds.1.weight'], ['embeds.2.weight', 'embeds.3.weight', 'bags.0.weight']  # users, movies; hour, year_na, genres
+    assert tables.pop('nosync', large) == large  # GPUs only: trained under `CheckNoSync` with users and movies sparse
+    assert {c: large + small if c == 'lamb_all' else [] if c == 'lamb_off' else large for c in tables} == tables
+    for case in tables:
+        ours, plain = [[torch.load(out/f'{case}_{how}_rank{r}.pt') for r in (0, 1)] for how in ('ours', 'plain')]
+        for k in ours[0]:
+            assert torch.equal(ours[0][k], ours[1][k]), (case, k)  # the ranks hold the same parameters
+            if case == 'lamb_off': assert torch.equal(ours[0][k], plain[0][k]), (case, k)
+            else:
+                t = 1e-3 if case == 'lamb_bf16' else tol  # bf16 rows added in fp32 here, in bf16 by DDP's hook
+                torch.testing.assert_close(ours[0][k], plain[0][k], rtol=t, atol=t*plain[0][k].abs().max().item(), msg=lambda m: f'{case} {k}: {m}')
+
+def test_sparse_embedding_grads_equal_plain_ddp(tmp_path):
+    "LAMB, Adam, 2 batches accumulated, every table sparse, the sparse path off, and bf16 rows, after 5 steps on 2 gloo ranks"
+    launch(2, 'tests/dist_sparse_worker.py', tmp_path)
+    check_sparse(tmp_path)
 
 def test_ranks_share_rank0s_seed_and_small_shares_follow_one_rule(tmp_path):
     launch(2, 'tests/dist_share_worker.py', tmp_path)
