@@ -19,6 +19,7 @@ p.add_argument('--repeats', type=int, default=3)
 p.add_argument('--precision', default='bf16')
 p.add_argument('--bf16-grads', action='store_true')
 p.add_argument('--bucket-view', action='store_true')
+p.add_argument('--profile', action='store_true', help="print torch.profiler's top kernels over 10 steps (sparse exchange on)")
 p.add_argument('--dense-embeddings', action='store_true', help='every embedding table all-reduced whole by DDP (no sparse exchange)')
 a = p.parse_args()
 state = PartialState()
@@ -74,6 +75,10 @@ else:
             sp.before_step = timed_step
             learner_rate(learn, a.bs, 20 * a.bs, 1, warm=1)
             del sp.before_step
+            if a.profile:
+                from torch.profiler import profile, ProfilerActivity
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof: learner_rate(learn, a.bs, 10 * a.bs, 1, warm=1)
+                if rank == 0: print(prof.key_averages().table(sort_by='device_time_total', row_limit=25), flush=True)
             res.update(sparse_tables=sp.names, sparse_rows=sp.rows, table_params=[p.numel() for p in sp.params], exchange_MB=round(sp.bytes / 2**20, 1), exchange_ms=round(statistics.median(ms), 3))
     res.update(rows=a.rows, bs_per_gpu=a.bs, precision=a.precision, rows_s=round(rate * world), times=[round(t, 4) for t in ts],
                step_ms=round(a.bs / rate * 1e3, 3), n_params=sum(p.numel() for p in learn.model.parameters()))
