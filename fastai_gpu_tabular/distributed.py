@@ -129,7 +129,7 @@ class SparseEmbeddingGrads(Callback):
         "Mark the rows of each table that this batch's codes touch"
         if not (mod.training and torch.is_grad_enabled()): return
         for mask,(kind,i) in zip(self.masks, self.srcs):
-            mask[(args[0][:, i] if kind=='embeds' else args[2][i][0]).reshape(-1)] = True
+            mask.index_fill_(0, (args[0][:, i] if kind=='embeds' else args[2][i][0]).reshape(-1), True)  # no sync, deterministic
 
     def before_step(self):
         if not self.names: return
