@@ -62,8 +62,8 @@ def launch(n, *args, tag=''):
 ar = launch(2, 'allreduce', out)
 bv = ['--bucket-view'] if a.bucket_view else []
 runs = {('ours', 1): launch(1, 'ours', out, '--rows', a.rows, '--precision', 'bf16', *bv)}
-for w, flags, tag in [('ours, sparse embeddings', [], ''), ('ours, dense embeddings', ['--dense-embeddings'], '_dense'),
-                      ('ours, sparse, bf16 gradients', ['--bf16-grads'], '_bf16g')]:
+for w, flags, tag in [('ours, sparse embeddings', ['--sparse-embeddings'], '_sparse'), ('ours, dense embeddings', [], ''),
+                      ('ours, sparse, bf16 gradients', ['--sparse-embeddings', '--bf16-grads'], '_bf16g_sparse')]:
     runs[(w, 1)], runs[(w, 2)] = runs[('ours', 1)], launch(2, 'ours', out, '--rows', a.rows, '--precision', 'bf16', *flags, *bv, tag=tag)
 if not a.skip_fastai:
     for n in (1, 2): runs[('fastai', n)] = launch(n, 'fastai', out, '--rows', a.fastai_rows, '--precision', 'fp32')

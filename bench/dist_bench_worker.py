@@ -20,7 +20,7 @@ p.add_argument('--precision', default='bf16')
 p.add_argument('--bf16-grads', action='store_true')
 p.add_argument('--bucket-view', action='store_true')
 p.add_argument('--profile', action='store_true', help="print torch.profiler's top kernels over 10 steps (sparse exchange on)")
-p.add_argument('--dense-embeddings', action='store_true', help='every embedding table all-reduced whole by DDP (no sparse exchange)')
+p.add_argument('--sparse-embeddings', action='store_true', help="the embedding rows a step touched exchanged by `SparseEmbeddingGrads` (`sparse_tables`' rule)")
 a = p.parse_args()
 state = PartialState()
 torch.cuda.set_device(state.local_process_index)
@@ -64,8 +64,8 @@ else:
     if a.precision == 'bf16': learn.to_bf16()
     learn.remove_cb(ProgressCallback)
     n_batches = len(learn.dls.train) // world
-    res.update(bf16_grads=a.bf16_grads, bucket_view=a.bucket_view, dense_embeddings=a.dense_embeddings)
-    with learn.distrib_ctx(sync_bn=False, **ddp_kwargs(a.bf16_grads, a.bucket_view, sparse_embeddings=False if a.dense_embeddings else None)):
+    res.update(bf16_grads=a.bf16_grads, bucket_view=a.bucket_view, sparse_embeddings=a.sparse_embeddings)
+    with learn.distrib_ctx(sync_bn=False, **ddp_kwargs(a.bf16_grads, a.bucket_view, sparse_embeddings=None if a.sparse_embeddings else False)):
         rate, ts = learner_rate(learn, a.bs, min(a.rows_timed, (n_batches - 4) * a.bs), a.repeats, warm=3)
         sp = getattr(learn, 'sparse_embedding_grads', None)
         if sp is not None and sp.names:  # the exchange alone, timed over 20 steps after the timed runs (a sync around each)
@@ -84,5 +84,5 @@ else:
                step_ms=round(a.bs / rate * 1e3, 3), n_params=sum(p.numel() for p in learn.model.parameters()))
 if rank == 0:
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out)/f"{a.what}_{world}{'_bf16g' if a.bf16_grads else ''}{'_dense' if a.dense_embeddings else ''}.json").write_text(json.dumps(res, indent=1))
+    (Path(a.out)/f"{a.what}_{world}{'_bf16g' if a.bf16_grads else ''}{'_sparse' if a.sparse_embeddings else ''}.json").write_text(json.dumps(res, indent=1))
     print(res, flush=True)

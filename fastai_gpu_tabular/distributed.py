@@ -75,7 +75,7 @@ def _wrap_dl(self:DistributedTrainer, dl):
 def ddp_kwargs(
     bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`), the sparse rows too
     bucket_view:bool=False, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`; slower in bench_dist.py)
-    sparse_embeddings:bool|None=None, # Embedding rows exchanged sparsely: None by `sparse_tables`' rule, True every table, False none
+    sparse_embeddings:bool|None=False, # Embedding rows exchanged sparsely: None by `sparse_tables`' rule, True every table, False none (DDP)
 )->dict:
     "Keyword arguments for `learn.distrib_ctx(...)` setting how the gradients are exchanged (`DistributedDataParallel`'s options and ours)"
     hook = DDPCommunicationHookType.BF16 if bf16_grads else DDPCommunicationHookType.NO
@@ -164,7 +164,7 @@ _fai_to_distributed,_fai_detach_distributed = Learner.to_distributed,Learner.det
 
 @patch
 def to_distributed(self:Learner, sync_bn=True,
-    sparse_embeddings:bool|None=None, # `SparseEmbeddingGrads`' `sparse` (from `ddp_kwargs`; by default its rule)
+    sparse_embeddings:bool|None=False, # `SparseEmbeddingGrads`' `sparse` (from `ddp_kwargs`): off by default
     **kwargs # Passed to fastai's `to_distributed` (accelerate's `Accelerator`)
 ):
     "fastai's, with `SparseEmbeddingGrads` (rows in bf16 where `ddp_kwargs(bf16_grads=True)` sends the dense gradients so)"

@@ -140,7 +140,7 @@ def main(
     checkpoint_every:int=0, # Also checkpoint every this many training batches (0: at the end of each epoch only)
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
     bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
-    dense_embeddings:store_true=False, # All-reduce every embedding table whole (DDP's way), not only the rows a step touched
+    sparse_embeddings:store_true=False, # Exchange only the embedding rows a step touched, for the tables `sparse_tables` picks (slower on 2 H200s)
     no_bn:store_true=False, # No BatchNorm in the model (fastai's `use_bn` and `bn_cont` off)
     fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
@@ -206,7 +206,7 @@ def main(
     if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
     if lr is None: lr = pick_lr(learn, out, opt, resume)
     t1 = time.perf_counter()
-    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=False if dense_embeddings else None)):
+    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=None if sparse_embeddings else False)):
         learn.fit_one_cycle(epochs, lr, cbs=cbs)
         sparse = getattr(learn, 'sparse_embedding_grads', None)
         sparse = sparse.names if sparse is not None else []

@@ -31,13 +31,14 @@ def test_two_gpus_at_half_batch_match_one(tmp_path, bn):
 
 @pytest.mark.parametrize('precision', ['fp32', 'fp16'])
 def test_two_gpus_resumed_run_ends_like_a_whole_run(tmp_path, precision):
-    common = ('--bs', 400, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--precision', precision)
+    common = ('--bs', 400, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--precision', precision, '--sparse-embeddings')
     whole = train(tmp_path, 'whole', 2, *common, gpu=True)
     cut = train(tmp_path, 'cut', 2, *common, '--stop-after', 17, gpu=True)
     st = torch.load(cut/'checkpoint.pth', weights_only=False)
     assert (st['epoch'], st['batch']) == (1, 5) and ('scaler' in st) == (precision == 'fp16')
     train(tmp_path, 'cut', 2, *common, '--resume', gpu=True)
     assert_same_weights(whole, cut, tol=1e-6)
+    assert json.loads((cut/'metrics.json').read_text())['sparse_tables'] == ['embeds.0.weight', 'embeds.1.weight']
 
 def test_notebook_launcher_trains_on_both_gpus(tmp_path):
     import subprocess, sys, os
