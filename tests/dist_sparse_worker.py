@@ -64,12 +64,13 @@ for case,opt,sparse,n_acc,bf16 in [('lamb', ForeachLamb, None, 1, False), ('adam
     torch.save({k: v.cpu() for k,v in sd.items()}, out/f'{case}_ours_rank{rank}.pt')
     torch.save({k: v.cpu() for k,v in plain(opt, n_acc, 5, bf16).items()}, out/f'{case}_plain_rank{rank}.pt')
 if gpu:  # the step's one host sync is the allowed one: `CheckNoSync` passes with the sparse exchange on
+    # (multi-hot batches padded to a fixed width: the (values, offsets) layout reads its batch's length on the host)
     from fastai_gpu_tabular.recorder import CheckNoSync
     class CheckNoSyncAfterRebuild(CheckNoSync):
         "DDP rebuilds its buckets at the second forward, a sync of its own, once: checked from the third batch"
         def before_batch(self):
             if self.iter > 1: super().before_batch()
-    learn = tabular_learner(to.dataloaders(bs=BS, seed=0, device=device), layers=[32, 16], config=cfg, opt_func=ForeachLamb)
+    learn = tabular_learner(to.dataloaders(bs=BS, seed=0, device=device, mh_width='max'), layers=[32, 16], config=cfg, opt_func=ForeachLamb)
     with learn.distrib_ctx(sync_bn=False, **ddp_kwargs(sparse_embeddings=None)):
         learn.fit(1, 1e-2, cbs=[CheckNoSyncAfterRebuild(), StopAfter(5)])
         tables['nosync'] = learn.sparse_embedding_grads.names
