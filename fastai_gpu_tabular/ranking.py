@@ -13,7 +13,8 @@ from fastai.callback.core import Callback
 from .comm import distributed, gather_rows
 
 # %% auto #0
-__all__ = ['ranked', 'recall_at_k', 'mrr', 'ndcg_at_k', 'RankingMetric', 'MRR', 'NDCGAt', 'RecallAt']
+__all__ = ['ranked', 'recall_at_k', 'mrr', 'ndcg_at_k', 'roc_auc', 'RankingMetric', 'MRR', 'NDCGAt', 'RecallAt', 'RocAuc',
+           'GroupAuc']
 
 # %% ../nbs/05a_ranking.ipynb #15463b51
 def _runs(*keys:Tensor)->Tensor:
@@ -98,6 +99,25 @@ def ndcg_at_k(
     idcg = torch.zeros(len(io), dtype=torch.float64, device=dev).index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
     return _mean(dcg / idcg.clamp(min=1e-300), idcg > 0, r, empty_as_zero)
 
+def roc_auc(
+    preds:Tensor, # Scores: higher ranks first
+    targs:Tensor, # A row is a positive when its target is above 0
+    groups:Tensor|None=None, # Query, user or session id of each row: the mean of the groups' AUCs (default: one AUC of all rows)
+    empty_as_zero:bool=False, # Count the groups with only positives or only negatives as 0 (default: leave them out)
+)->Tensor:
+    "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes"
+    if groups is None: groups = torch.zeros(len(preds), dtype=torch.long, device=preds.device)
+    r = ranked(preds, groups)
+    pos = targs[r.o] > 0
+    neg,b0 = (~pos).double(),torch.arange(len(pos), device=pos.device) - r.slot  # b0: where the row's tie block starts
+    before = torch.cumsum(neg, 0) - neg  # negatives ranked before each row
+    tied = torch.zeros_like(neg).index_add_(0, r.blk, neg)[r.blk]  # negatives in the row's block
+    nneg,npos = _per_group(neg, r),_per_group(pos.double(), r)
+    beaten = nneg[r.g] - (before[b0] - before[b0 - r.start]) - tied/2  # the group's negatives below the block, half those in it
+    counted = (npos > 0) & (nneg > 0)
+    auc = _mean(_per_group(torch.where(pos, beaten, 0.), r) / (npos*nneg).clamp(min=1), counted, r, empty_as_zero)
+    return torch.where(counted.any(), auc, torch.nan)
+
 # %% ../nbs/05a_ranking.ipynb #e234fa47
 def _score(pred:Tensor)->Tensor:
     "A ranking score per row: the positive class's logit margin for two classes, the prediction for one output"
@@ -119,7 +139,8 @@ class RankingMetric(Metric):
         return learn.extras[names.index(n) if n is not None else 0]
     def accumulate(self, learn):
         targ = self._col(learn, self.gain) if self.gain else learn.yb[0].view(-1)
-        self.parts.append((_score(learn.pred.detach()), targ.detach(), self._col(learn, self.group).detach()))
+        g = self._col(learn, self.group).detach() if self.group is not False else torch.zeros_like(targ, dtype=torch.long)  # False: one group
+        self.parts.append((_score(learn.pred.detach()), targ.detach(), g))
     @property
     def value(self):
         "The metric over every row once (every rank's rows, in several processes)"
@@ -139,6 +160,14 @@ def NDCGAt(k:int, group:str|None=None, gain:str|None=None, empty_as_zero:bool=Fa
 def RecallAt(k:int, group:str|None=None, gain:str|None=None, empty_as_zero:bool=False):
     "fastai metric: `recall_at_k` by `group`, relevance from the target or `gain`"
     return RankingMetric(recall_at_k, f'recall@{k}', group, gain, k=k, empty_as_zero=empty_as_zero)
+
+def RocAuc():
+    "fastai metric: `roc_auc` of the validation set on the device (fastai's `RocAucBinary` gathers every batch to the host for sklearn)"
+    return RankingMetric(roc_auc, 'roc_auc_score', group=False)
+
+def GroupAuc(group:str|None=None, empty_as_zero:bool=False):
+    "fastai metric: `roc_auc` per `group` (a pass-through column; default the first), averaged over the groups (GAUC)"
+    return RankingMetric(roc_auc, 'gauc', group, empty_as_zero=empty_as_zero)
 
 # %% ../nbs/05a_ranking.ipynb #ea694229
 class _KeepExtras(Callback):

@@ -3,8 +3,8 @@
 labels, graded gains and group ids (near 2**62 included; groups of one row and groups with no positive)."""
 import itertools, numpy as np, pytest, torch
 from hypothesis import given, settings, HealthCheck, strategies as st
-from sklearn.metrics import ndcg_score
-from fastai_gpu_tabular.ranking import mrr, recall_at_k, ndcg_at_k
+from sklearn.metrics import ndcg_score, roc_auc_score
+from fastai_gpu_tabular.ranking import mrr, recall_at_k, ndcg_at_k, roc_auc
 
 def brute(p, t, k):
     "(MRR, recall@k) of one group, averaged over every order of its tied scores"
@@ -37,6 +37,19 @@ def test_equal_brute_force_and_sklearn(data, k, base, empty_as_zero):
     got = [float(mrr(P, T, G, empty_as_zero)), float(recall_at_k(P, T, G, k, empty_as_zero)), float(ndcg_at_k(P, T, G, k, empty_as_zero))]
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(rows, min_size=1, max_size=40), st.sampled_from([0, 2**62 - 5]), st.booleans())
+def test_auc_equals_sklearn_overall_and_per_group(data, base, empty_as_zero):
+    p, t, g = (np.array(c, dtype=float) for c in zip(*data))
+    t, g = t % 2, g.astype(np.int64) + base  # binary labels, many tied scores
+    P, T, G = torch.tensor(p), torch.tensor(t), torch.tensor(g)
+    one = len(np.unique(t)) == 1
+    assert np.isnan(float(roc_auc(P, T))) if one else np.isclose(float(roc_auc(P, T)), roc_auc_score(t, p), rtol=1e-12)
+    both = {i: len(np.unique(t[g == i])) == 2 for i in np.unique(g)}
+    per = [roc_auc_score(t[g == i], p[g == i]) if ok else 0. for i, ok in both.items() if ok or empty_as_zero]
+    got = float(roc_auc(P, T, G, empty_as_zero))
+    assert np.isnan(got) if not any(both.values()) else np.isclose(got, np.mean(per), rtol=1e-12), (got, per)
+
 def test_equal_a_per_group_loop_on_tie_free_data():
     rng = np.random.default_rng(0)
     n, k = 20_000, 10
@@ -64,10 +77,10 @@ def test_the_same_on_the_gpu_without_a_host_sync():
     rng = np.random.default_rng(1)
     n = 100_000
     P, T, G = (torch.tensor(a) for a in (rng.integers(0, 50, n).astype(float), rng.integers(0, 3, n), rng.integers(0, 5_000, n) + 2**62))
-    cpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10)]
+    cpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10), roc_auc(P, T > 1, G), roc_auc(P, T > 1)]
     P, T, G = P.cuda(), T.cuda(), G.cuda()
     torch.cuda.set_sync_debug_mode('error')  # computed on the device, read only at the end
-    try: gpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10)]
+    try: gpu = [mrr(P, T, G), recall_at_k(P, T, G, 20), ndcg_at_k(P, T, G, 10), roc_auc(P, T > 1, G), roc_auc(P, T > 1)]
     finally: torch.cuda.set_sync_debug_mode('default')
     np.testing.assert_allclose([float(o) for o in gpu], [float(o) for o in cpu], rtol=1e-9)
 
@@ -76,7 +89,7 @@ import json
 from pathlib import Path
 from fastai.tabular.all import ProgressCallback, set_seed, tabular_config, RocAucBinary
 from fastai.tabular.data import TabularDataLoaders
-from fastai_gpu_tabular.ranking import MRR, NDCGAt, RecallAt
+from fastai_gpu_tabular.ranking import MRR, NDCGAt, RecallAt, RocAuc, GroupAuc
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.train import main
@@ -105,6 +118,22 @@ def test_metrics_through_fit_equal_the_functions_on_get_preds():
     want = [mrr(s, t, users), ndcg_at_k(s, t, users, 10), recall_at_k(s, t, users, 20), ndcg_at_k(s, gains, users, 5)]
     np.testing.assert_allclose([float(v) for v in learn.recorder.values[-1][1:]], [float(w) for w in want], rtol=1e-4)
     assert learn.recorder.metric_names[3:-1] == ['mrr', 'ndcg@10', 'recall@20', 'ndcg@5']
+
+def test_device_auc_equals_fastais_roc_auc_binary():
+    "`RocAuc` (no group column needed) gives fastai's `RocAucBinary` through `fit`, `GroupAuc` the mean of sklearn's per user"
+    to = ranked_data()
+    set_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=1000, shuffle=False, extra_names=['user'], device='cpu'), layers=[16],
+                            metrics=[RocAucBinary(), RocAuc(), GroupAuc('user')], config=tabular_config(use_bn=False, bn_cont=False))
+    learn.remove_cb(ProgressCallback)
+    learn.fit(1, 1e-2)
+    fai, ours, gauc = learn.recorder.values[-1][2:]
+    assert learn.recorder.metric_names[3:-1] == ['roc_auc_score', 'roc_auc_score', 'gauc'] and 0.5 < ours < 1
+    assert abs(fai - ours) < 1e-6, (fai, ours)
+    preds, targs, (users,) = learn.get_preds_extras()
+    y, s, u = targs.view(-1).numpy(), preds[:, 1].numpy(), users.numpy()
+    per = [roc_auc_score(y[u == i], s[u == i]) for i in np.unique(u) if len(np.unique(y[u == i])) == 2]
+    assert abs(gauc - np.mean(per)) < 1e-4, (gauc, np.mean(per))
 
 def test_streamed_pass_through_groups_give_the_in_memory_metrics(tmp_path):
     to = ranked_data()
