@@ -118,10 +118,10 @@ def ours_rows(bar):
 def cudf_pandas_rows():
     "Stock fastai under `python -m cudf.pandas`, in a subprocess (`--timeout`: a cut run keeps its cold run)"
     cmd = [sys.executable, '-m', 'cudf.pandas', __file__, '--path', 'fastai', '--file', a.file]
-    try: out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout).stdout
-    except subprocess.TimeoutExpired as e: out = (e.stdout or b'').decode() if isinstance(e.stdout, bytes) else (e.stdout or '')
+    try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout); out, err = r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e: out, err = (x.decode() if isinstance(x, bytes) else x or '' for x in (e.stdout, e.stderr))
     cp = [json.loads(l) for l in out.splitlines() if l.startswith('{')]
-    if not cp: raise SystemExit(f'the cudf.pandas run failed or took over {a.timeout} s')
+    if not cp: print(err[-3000:]); raise SystemExit(f'the cudf.pandas run failed or took over {a.timeout} s')
     return [dict(path='fastai+cudf.pandas', run=run, **r, total=total(r)) for run, r in zip(('cold', 'warm'), cp)]
 
 if a.path == 'cudf.pandas':  # the third path alone, beside the rows of an earlier `--path fastai,ours` run of this file on this device
