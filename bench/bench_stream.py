@@ -1,9 +1,11 @@
 """Streaming from parquet against resident data: `ParquetDataLoader` beside `BatchDataLoader`, in the same run.
 
     python bench/bench_stream.py --rows 25000000 --bs 65536 262144
+    python bench/bench_stream.py --shape criteo --rows 30000000 --bs 65536 --emb-dim 16 128 --name stream_criteo
     accelerate launch --num_processes 2 bench/bench_stream.py --rows 25000000 --bs 65536 --name stream2   # 2 GPUs
 
-On MovieLens-shaped rows (the benchmark schema; layers [512,256]; `FastTabularModel`, bf16, `ForeachLamb`):
+On MovieLens-shaped rows (the benchmark schema) or Criteo-shaped ones (`synth_criteo`, ids capped at `--cap`, one
+embedding width `--emb-dim` for every table, a row a width); layers [512,256]; `FastTabularModel`, bf16, `ForeachLamb`:
   (a) rows/s through `Learner.fit` over an epoch, resident (`to.dataloaders`, every row on the GPU) and streamed
       (`TabularDataLoaders.from_processed` with `mem_bytes` at `--mem-frac` of the processed training bytes), and their ratio
       (target: >= 0.8);
@@ -19,7 +21,10 @@ from common import sync, report, learner_rate
 import numpy as np, torch
 from fastai.tabular.all import TabularDataLoaders, rank_distrib, num_distrib
 from fastai_gpu_tabular.backend import gpu_available
-from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai.tabular.all import CategoryBlock
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular, synth_criteo, CRITEO_SCHEMA
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.optimizer import ForeachLamb
 from fastai_gpu_tabular.stream import ParquetDataLoader, ProcessedSplit
@@ -34,6 +39,9 @@ p.add_argument('--mem-frac', type=float, default=0.1, help='mem_bytes as a share
 p.add_argument('--dir', default='/tmp/fgt_bench_stream', help='where the processed folder is written')
 p.add_argument('--reader', default='pyarrow', choices=['pyarrow', 'cudf'], help="the streaming loader's `reader`")
 p.add_argument('--name', default='stream', help='results file: bench/results/NAME.json')
+p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], help='the rows: `synth_movielens` or `synth_criteo`')
+p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
+p.add_argument('--emb-dim', type=int, nargs='+', default=None, help="one embedding width for every table, a row each (default: fastai's rule)")
 a = p.parse_args()
 assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
 world = int(os.environ.get('WORLD_SIZE', 1))
@@ -43,15 +51,18 @@ if world > 1:
 device = use_rank_gpu()
 LAYERS, rank0 = [512, 256], int(os.environ.get('RANK', 0)) == 0
 
-to = synth_tabular(synth_movielens(a.rows, gpu=True))
+if a.shape == 'criteo':
+    to = TabularGPU(synth_criteo(a.rows, cap=a.cap, gpu=True), procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, 42),
+                    y_block=CategoryBlock(), **CRITEO_SCHEMA)
+else: to = synth_tabular(synth_movielens(a.rows, gpu=True))
 path = Path(a.dir)/'processed'
 if rank0: to.to_parquet(path, overwrite=True)
 if world > 1: torch.distributed.barrier()
 src = ProcessedSplit(path)
 mem = int(src.nbytes.sum()*a.mem_frac)
 
-def fit_rate(dls, bs):
-    learn = tabular_learner(dls, layers=LAYERS, opt_func=ForeachLamb).to_bf16()
+def fit_rate(dls, bs, emb=None):
+    learn = tabular_learner(dls, layers=LAYERS, opt_func=ForeachLamb, emb_szs=None if emb is None else {n: emb for n in dls.train_ds.cat_names}).to_bf16()
     if world == 1: return learner_rate(learn, bs, 10**12, a.repeats)[0]  # an epoch less the warm-up batches
     with learn.distrib_ctx(sync_bn=False): return learner_rate(learn, bs, 10**12, a.repeats)[0] * world
 
@@ -77,17 +88,17 @@ def pyarrow_epoch(bs):
                 yield [torch.as_tensor(b.column(i).to_numpy()).to(device) for i in range(b.num_columns)]
     return it
 
-rows, meta = [], dict(bench='stream', reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
+rows, meta = [], dict(bench='stream', shape=a.shape, cap=a.cap if a.shape == 'criteo' else None, reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
                       data_bytes=int(src.nbytes.sum()), mem_bytes=mem, row_groups=len(src.groups))
-for bs in a.bs:
+for bs,emb in [(bs, emb) for bs in a.bs for emb in (a.emb_dim or [None])]:
     res_dls = to.dataloaders(bs=bs, seed=0)
-    resident = fit_rate(res_dls, bs)
+    resident = fit_rate(res_dls, bs, emb)
     del res_dls
     dls = TabularDataLoaders.from_processed(path, bs=bs, mem_bytes=mem, seed=0, reader=a.reader)
-    streamed = fit_rate(dls, bs)
-    r = dict(bs=bs, resident_fit=f'{resident/1e6:.2f}M', stream_fit=f'{streamed/1e6:.2f}M', ratio=f'{streamed/resident:.3f}',
+    streamed = fit_rate(dls, bs, emb)
+    r = dict(bs=bs, emb=emb or 'rule', resident_fit=f'{resident/1e6:.2f}M', stream_fit=f'{streamed/1e6:.2f}M', ratio=f'{streamed/resident:.3f}',
              windows=len(dls.train.windows()))
-    if world == 1:
+    if world == 1 and emb == (a.emb_dim or [None])[0]:  # the loader alone: once a batch size
         dl = ParquetDataLoader(path, bs=bs, shuffle=True, drop_last=True, mem_bytes=mem, seed=0, device=device, reader=a.reader)
         n = len(dl)*bs
         cached = epoch_rate(lambda: dl, n)
@@ -98,7 +109,7 @@ for bs in a.bs:
     rows.append(r)
     del dls
 if rank0:
-    cols = ['bs', 'resident_fit', 'stream_fit', 'ratio', 'windows'] + (['loader_cached', 'loader_cold', 'pyarrow_baseline', 'vs_baseline'] if world == 1 else [])
-    print(f"{a.rows:,} rows ({src.n:,} training), {meta['data_bytes']/2**20:.0f} MiB of training rows, mem_bytes {mem/2**20:.0f} MiB, "
+    cols = ['bs', 'emb', 'resident_fit', 'stream_fit', 'ratio', 'windows'] + (['loader_cached', 'loader_cold', 'pyarrow_baseline', 'vs_baseline'] if world == 1 else [])
+    print(f"{a.shape}: {a.rows:,} rows ({src.n:,} training, {len(src.columns)} columns), {meta['data_bytes']/2**20:.0f} MiB of training rows, mem_bytes {mem/2**20:.0f} MiB, "
           f"{world} GPU(s); rows/s")
     report(a.name, rows, cols, meta)

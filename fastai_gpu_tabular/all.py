@@ -10,11 +10,11 @@ from fastai.tabular.all import *
 from .backend import gpu_available, is_cudf, to_backend, read_frame
 from .procs import Categorify, FillMissing, FillStrategy, Normalize, RARE, UNSEEN
 from .tabular import TabularGPU, save_procs, load_procs, random_splits, RandomRowSplit
-from .data import synth_movielens, synth_tabular, movielens_sample, movielens_tabular, ML_SCHEMA, BENCH_SCHEMA, BENCH_MH
+from .data import synth_movielens, synth_criteo, synth_tabular, movielens_sample, movielens_tabular, ML_SCHEMA, BENCH_SCHEMA, BENCH_MH, CRITEO_SCHEMA, CRITEO_CARDS
 from .loader import BatchDataLoader, share_gpu_memory
 from .recorder import DeviceRecorder, CheckNoSync
 from .model import FastTabularModel, TabularModelMH
-from .learner import tabular_learner
+from .learner import tabular_learner, save_run, load_run
 from .ranking import mrr, ndcg_at_k, recall_at_k, MRR, NDCGAt, RecallAt
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs, use_rank_gpu

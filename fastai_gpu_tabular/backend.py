@@ -4,17 +4,18 @@
 
 # %% ../nbs/00_backend.ipynb #4ebb0043
 from __future__ import annotations
-import functools, importlib
+import functools, glob, importlib
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.basics import *
 from fastcore.foundation import L
 
 # %% auto #0
-__all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'read_frame',
-           'write_parquet', 'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'shrink_types',
-           'shrink', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode',
-           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
+__all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
+           'read_frame', 'write_parquet', 'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows',
+           'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'value_key', 'sorted_uniques', 'cat_codes',
+           'as_kind', 'value_counts', 'first_mode', 'explode_rows', 'list_column', 'is_list_column', 'list_total',
+           'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -56,11 +57,20 @@ def to_backend(df, gpu:bool|None=None):
     import cudf
     return df if is_cudf(df) else cudf.from_pandas(df)
 
+def parquet_files(path)->list|None:
+    "The parquet files, sorted, of `path` when it is a folder or a glob such as 'logs/day_*.parquet'; None when it is one file"
+    p = str(path)
+    if Path(p).is_dir(): return sorted(str(f) for f in Path(p).glob('*.parquet'))
+    return sorted(glob.glob(p)) if glob.has_magic(p) else None
+
 def read_frame(path, gpu:bool|None=None):
-    "The .parquet or .csv file `path` read by cuDF if `gpu` (default: when `gpu_available()`), else by pandas"
-    p = Path(path)
-    if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file")
+    "The .parquet or .csv file `path`, or the parquet files of a folder or glob, read by cuDF if `gpu` (default: when `gpu_available()`), else by pandas"
     lib = importlib.import_module('cudf') if ifnone(gpu, gpu_available()) else pd
+    if (files := parquet_files(path)) is not None:
+        if not files: raise FileNotFoundError(f"{str(path)!r}: no .parquet files there")
+        return lib.read_parquet(files) if lib is not pd else pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    p = Path(path)
+    if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file, nor a folder or glob of parquet files")
     return (lib.read_parquet if p.suffix=='.parquet' else lib.read_csv)(p)
 
 def write_parquet(df, path, row_group_rows:int=131_072):
@@ -108,12 +118,23 @@ def shrink_types(dtypes:dict, lo:dict, hi:dict)->dict:
     new = {c: smallest(c, dt) for c,dt in dtypes.items() if dt.kind in 'iuf'}
     return {c: t for c,t in new.items() if t is not None and pd.api.types.pandas_dtype(t) != dtypes[c]}
 
-def shrink(df, skip=()):
-    "`df` with each numeric column cast to the smallest type that holds it, as fastai's `df_shrink` (one pass of min/max)"
+def float32_exact(df, cols)->dict:
+    "{column: every value survives a round trip through float32} for the float columns `cols` of `df` (missing values do)"
+    if not len(cols) or not len(df): return {c: True for c in cols}
+    f = df[list(cols)]
+    return {k: bool(v) for k,v in dict(to_pandas(((f.astype('float32').astype(dict(f.dtypes)) == f) | (f != f)).all())).items()}
+
+def exact_types(types:dict, exact:dict)->dict:
+    "`types` (from `shrink_types`) without the float narrowings of columns whose `exact` flag is False"
+    return {c: t for c,t in types.items() if exact.get(c, True) or pd.api.types.pandas_dtype(t).kind != 'f'}
+
+def shrink(df, skip=(), exact=()):
+    "`df` with each numeric column cast to the smallest type that holds it, as fastai's `df_shrink` (one pass of min/max); a float column in `exact` only if no value changes"
     cols = [c for c in df.columns if c not in skip and df[c].dtype.kind in 'iuf']
     if not cols or not len(df): return df
     lo,hi = to_pandas(df[cols].min()),to_pandas(df[cols].max())
-    return df.astype(shrink_types({c: df[c].dtype for c in cols}, lo, hi))
+    types = shrink_types({c: df[c].dtype for c in cols}, lo, hi)
+    return df.astype(exact_types(types, float32_exact(df, [c for c in types if c in exact and df[c].dtype.kind == 'f'])))
 
 # %% ../nbs/00_backend.ipynb #d99e043a
 def _gpu_numeric(s)->bool: return is_cudf(s) and s.dtype.kind in 'biuf'

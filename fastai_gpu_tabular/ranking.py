@@ -7,14 +7,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 import torch
 from torch import Tensor
+import numpy as np, pandas as pd
 from fastcore.basics import store_attr, patch
 from fastai.learner import Learner, Metric
 from fastai.callback.core import Callback
 from .comm import distributed, gather_rows
 
 # %% auto #0
-__all__ = ['ranked', 'recall_at_k', 'mrr', 'ndcg_at_k', 'roc_auc', 'RankingMetric', 'MRR', 'NDCGAt', 'RecallAt', 'RocAuc',
-           'GroupAuc']
+__all__ = ['ranked', 'group_keys', 'ranking_inputs', 'recall_at_k', 'mrr', 'ndcg_at_k', 'roc_auc', 'RankingMetric', 'MRR',
+           'NDCGAt', 'RecallAt', 'RocAuc', 'GroupAuc']
 
 # %% ../nbs/05a_ranking.ipynb #15463b51
 def _runs(*keys:Tensor)->Tensor:
@@ -45,23 +46,57 @@ def _per_group(vals:Tensor, r)->Tensor:
     return torch.zeros(len(vals), dtype=vals.dtype, device=vals.device).index_add_(0, r.g, vals)
 
 def _mean(score:Tensor, counted:Tensor, r, empty_as_zero:bool)->Tensor:
-    "Mean of per-group `score` over the `counted` groups (or over all `r.G`, the others scoring 0)"
-    return torch.where(counted, score, 0.).sum() / (r.G if empty_as_zero else counted.sum()).clamp(min=1)
+    "Mean of per-group `score` over the `counted` groups (or over all `r.G`, the others scoring 0); NaN over no group"
+    n = r.G if empty_as_zero else counted.sum()
+    return torch.where(n > 0, torch.where(counted, score, 0.).sum() / n.clamp(min=1), torch.nan)
+
+def group_keys(groups)->Tensor:
+    "Group ids as int64 keys, equal exactly where the ids are: integers as they are, floats by their bits (every NaN one group), strings and other objects factorised"
+    if not isinstance(groups, Tensor):
+        a = np.asarray(groups)
+        if a.dtype.kind not in 'biuf': a = pd.factorize(a.reshape(-1) if a.ndim == 2 and a.shape[1:] == (1,) else a, use_na_sentinel=False)[0]
+        groups = torch.as_tensor(a)
+    if not groups.is_floating_point(): return groups.long()
+    g = torch.where(groups.isnan(), torch.nan, groups) + 0.  # one NaN, and -0.0 as 0.0
+    return g.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[g.element_size()]).long()
+
+def _flat(x, arg:str, name:str)->Tensor:
+    "`x` (a tensor, array or list) as a 1-D tensor: (n, 1) flattened, any other shape refused naming `arg` of metric `name`"
+    x = x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x))
+    if x.ndim == 2 and x.shape[1] == 1: x = x.view(-1)
+    if x.ndim != 1: raise ValueError(f"`{name}`: `{arg}` must be 1-D or of shape (n, 1), not {tuple(x.shape)}")
+    return x
+
+def ranking_inputs(preds, targs, groups, name:str)->tuple[Tensor,Tensor,Tensor]:
+    "`preds`, `targs` and `groups` of metric `name` checked (one entry a row, 1-D or (n, 1)) and as tensors on `preds`' device, groups as `group_keys`"
+    preds = _flat(preds, 'preds', name)
+    if isinstance(groups, Tensor) or np.asarray(groups).dtype.kind in 'biuf': groups = _flat(groups, 'groups', name)
+    targs,groups = _flat(targs, 'targs', name).to(preds.device),group_keys(groups).view(-1).to(preds.device)
+    if not len(preds) == len(targs) == len(groups): raise ValueError(
+        f"`{name}`: `preds`, `targs` and `groups` must have one entry a row, not {len(preds):,}, {len(targs):,} and {len(groups):,}")
+    return preds,targs,groups
+
+def _nan_if_nan(res:Tensor, *xs:Tensor)->Tensor:
+    "`res`, or NaN when a score or target in `xs` is NaN (a diverged model must not get a plausible metric); no host sync"
+    bad = torch.zeros((), dtype=torch.bool, device=res.device)
+    for x in xs: bad = bad | x.isnan().any() if x.is_floating_point() else bad
+    return torch.where(bad, torch.nan, res)
 
 def recall_at_k(
     preds:Tensor, # Scores: higher ranks first
     targs:Tensor, # Relevance: a row is a positive when its target is above 0 (labels, or graded ratings)
-    groups:Tensor, # Query, user or session id of each row (any int64)
+    groups:Tensor, # Query, user or session id of each row: integers, floats (NaN one group) or strings, as `group_keys`
     k:int, # Cutoff
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"
+    "Mean over groups (NaN over none, or if a score or target is NaN) of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"
     if k < 1: raise ValueError(f"`k` must be at least 1, not {k}")
+    preds,targs,groups = ranking_inputs(preds, targs, groups, 'recall_at_k')
     r = ranked(preds, groups)
     pos = (targs[r.o] > 0).double()
     inside = (k - r.start).clamp(min=0).minimum(r.size).double() / r.size  # the chance that this row is in the top k
     npos = _per_group(pos, r)
-    return _mean(_per_group(pos*inside, r) / npos.clamp(min=1), npos > 0, r, empty_as_zero)
+    return _nan_if_nan(_mean(_per_group(pos*inside, r) / npos.clamp(min=1), npos > 0, r, empty_as_zero), preds, targs)
 
 def _log_comb(a:Tensor, b:Tensor)->Tensor: return torch.lgamma(a+1) - torch.lgamma(b+1) - torch.lgamma(a-b+1)
 
@@ -69,7 +104,8 @@ def mrr(
     preds:Tensor, targs:Tensor, groups:Tensor, # As in `recall_at_k`
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the first block holding positives has `p` of them among `t` rows from rank `s` (1-based), E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"
+    "Mean over groups (NaN over none, or if a score or target is NaN) of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the first block holding positives has `p` of them among `t` rows from rank `s` (1-based), E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"
+    preds,targs,groups = ranking_inputs(preds, targs, groups, 'mrr')
     r = ranked(preds, groups)
     pos,n = targs[r.o] > 0,len(r.o)
     p = torch.zeros(n, dtype=torch.float64, device=r.o.device).index_add_(0, r.blk, pos.double())[r.blk]  # positives in the row's block
@@ -77,17 +113,18 @@ def mrr(
     t,j = r.size.double(),r.slot.double()+1
     ok = (r.blk == first[r.g]) & (t-j >= p-1)  # the first block holding a positive: its first positive is at slot j
     prob = torch.where(ok, torch.exp(_log_comb((t-j).clamp(min=0), (p-1).clamp(min=0)) - _log_comb(t, p)), 0.)
-    return _mean(_per_group(prob / (r.start+j), r), first < n, r, empty_as_zero)
+    return _nan_if_nan(_mean(_per_group(prob / (r.start+j), r), first < n, r, empty_as_zero), preds, targs)
 
 def ndcg_at_k(
     preds:Tensor, # Scores: higher ranks first
     targs:Tensor, # Gains: labels, or graded ratings (linear gains, as sklearn's `ndcg_score`)
-    groups:Tensor, # Query, user or session id of each row (any int64)
+    groups:Tensor, # Query, user or session id of each row: integers, floats (NaN one group) or strings, as `group_keys`
     k:int, # Cutoff
     empty_as_zero:bool=False, # Count the groups whose gains are all 0 as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of DCG@`k` / ideal DCG@`k`, tied scores averaged over their orderings as sklearn's `ndcg_score` does"
+    "Mean over groups (NaN over none, or if a score or target is NaN) of DCG@`k` / ideal DCG@`k`, tied scores averaged over their orderings as sklearn's `ndcg_score` does"
     if k < 1: raise ValueError(f"`k` must be at least 1, not {k}")
+    preds,targs,groups = ranking_inputs(preds, targs, groups, 'ndcg_at_k')
     r = ranked(preds, groups)
     gain,dev = targs[r.o].double(),r.o.device
     cum = torch.cat([torch.zeros(1, dtype=torch.float64, device=dev), torch.cumsum(1/torch.log2(torch.arange(k, dtype=torch.float64, device=dev)+2), 0)])
@@ -97,7 +134,7 @@ def ndcg_at_k(
     io = io[torch.argsort(r.g[io], stable=True)]
     ig,rank = gain[io],torch.arange(len(io), device=dev) - _run_start(_runs(r.g[io]))
     idcg = torch.zeros(len(io), dtype=torch.float64, device=dev).index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
-    return _mean(dcg / idcg.clamp(min=1e-300), idcg > 0, r, empty_as_zero)
+    return _nan_if_nan(_mean(dcg / idcg.clamp(min=1e-300), idcg > 0, r, empty_as_zero), preds, targs)
 
 def roc_auc(
     preds:Tensor, # Scores: higher ranks first
@@ -105,8 +142,9 @@ def roc_auc(
     groups:Tensor|None=None, # Query, user or session id of each row: the mean of the groups' AUCs (default: one AUC of all rows)
     empty_as_zero:bool=False, # Count the groups with only positives or only negatives as 0 (default: leave them out)
 )->Tensor:
-    "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes"
-    if groups is None: groups = torch.zeros(len(preds), dtype=torch.long, device=preds.device)
+    "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes, or if a score or target is NaN"
+    preds = _flat(preds, 'preds', 'roc_auc')
+    preds,targs,groups = ranking_inputs(preds, targs, torch.zeros(len(preds), dtype=torch.long) if groups is None else groups, 'roc_auc')
     r = ranked(preds, groups)
     pos = targs[r.o] > 0
     neg,b0 = (~pos).double(),torch.arange(len(pos), device=pos.device) - r.slot  # b0: where the row's tie block starts
@@ -116,7 +154,7 @@ def roc_auc(
     beaten = nneg[r.g] - (before[b0] - before[b0 - r.start]) - tied/2  # the group's negatives below the block, half those in it
     counted = (npos > 0) & (nneg > 0)
     auc = _mean(_per_group(torch.where(pos, beaten, 0.), r) / (npos*nneg).clamp(min=1), counted, r, empty_as_zero)
-    return torch.where(counted.any(), auc, torch.nan)
+    return _nan_if_nan(torch.where(counted.any(), auc, torch.nan), preds, targs)
 
 # %% ../nbs/05a_ranking.ipynb #e234fa47
 def _score(pred:Tensor)->Tensor:

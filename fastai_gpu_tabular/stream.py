@@ -9,13 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
 from fastai.data.block import TransformBlock
+from fastai.data.transforms import Categorize
 from fastai.tabular.data import TabularDataLoaders
 from .backend import *
 from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['read_dataset_info', 'is_processed', 'ProcessedSplit', 'ParquetDataLoader']
+__all__ = ['read_dataset_info', 'is_processed', 'pa_is_integer', 'ProcessedSplit', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -51,6 +52,29 @@ def _procs(fs, root):
         return load_procs(d)
 
 # %% ../nbs/04c_stream.ipynb #119d3c86
+@contextmanager
+def _naming(fn:str, row_groups):
+    "Errors of reading `row_groups` of part file(s) `fn` (a damaged page, a truncated file) re-raised naming them"
+    try: yield
+    except Exception as e: raise ValueError(f"{fn}: cannot read row groups {row_groups} ({type(e).__name__}: {e}): the file is damaged; "
+                                            f"write the folder again (`to_parquet`, `fgt-prep`)") from e
+
+def pa_is_integer(t)->bool:
+    "Whether arrow type `t` is an integer type"
+    import pyarrow as pa
+    return pa.types.is_integer(t)
+
+def _column_stats(md, columns:list)->dict:
+    "{column: (min, max, nulls, all-NaN row groups)} of `columns` over the row groups of parquet metadata `md`; a column some row group has no statistics for is left out"
+    res,at = {},{md.schema.column(k).path.split('.')[0]: k for k in range(md.num_columns)}
+    for n in columns:
+        sts = [md.row_group(j).column(at[n]).statistics for j in range(md.num_row_groups)] if n in at else [None]
+        if any(st is None for st in sts): continue
+        mm = [st for st in sts if st.has_min_max]
+        res[n] = (min((st.min for st in mm), default=None), max((st.max for st in mm), default=None), sum(st.null_count or 0 for st in sts),
+                  sum(bool(not st.has_min_max and st.num_values) for st in sts))
+    return res
+
 class ProcessedSplit:
     "The row groups of one split (`train`, `valid`) of a processed folder: found from the part files' footers, read whole"
     def __init__(self, path, split:str='train'):
@@ -61,7 +85,7 @@ class ProcessedSplit:
         self.procs,names = self.procs_names
         self.names = {k: list(names.get(k, [])) for k in ('cat_names','mh_names','cont_names','y_names')}
         self.files = [f'{self.root}/{f}' for f in info[split]['files']]
-        groups,ref = [],None  # groups: (file index, row group, rows, bytes)
+        groups,ref,self.stats = [],None,{}  # groups: (file index, row group, rows, bytes); stats: {file: {column: (min, max, nulls)}}
         first = (info['train']['files'] + info['valid']['files'])[:1]  # the schema every part must have (a split may have no parts)
         for i,f in enumerate([f'{self.root}/{f}' for f in first] + self.files):
             try:
@@ -78,6 +102,7 @@ class ProcessedSplit:
             leaves = [[k for k in range(md.num_columns) if md.schema.column(k).path.split('.')[0]==m] for m in self.names['mh_names']]
             if i==0 and first: continue  # the reference file, read for its schema
             i -= bool(first)
+            self.stats[f] = _column_stats(md, self.columns)
             for j in range(md.num_row_groups):
                 rg = md.row_group(j)
                 mh = sum(8*(rg.num_rows+1) + 8*sum(rg.column(k).num_values for k in ks) for ks in leaves)
@@ -91,6 +116,26 @@ class ProcessedSplit:
         self.schema = ref[1] if ref else None
         if ref is None: self.ys,self.columns = [],[]
 
+    def check_values(self, classes:dict, y_vocab:list|None=None):
+        "Raise, naming the file and column, where the part files' statistics show a code outside its vocabulary (`classes`, `y_vocab` for a category target), a missing or infinite continuous value or target, or a target of the wrong type"
+        fix = "the part files and procs/ do not come from one write: write the folder again (`to_parquet`, `fgt-prep`)"
+        for y in self.ys:
+            is_int = pa_is_integer(self.schema.field(y).type)
+            if y_vocab is not None and not is_int: raise ValueError(
+                f"{self.path}: target {y!r} is {self.schema.field(y).type}, but the saved procs classify it (`Categorize`): its values must be "
+                f"the classes' integer codes; {fix}")
+        vocab = {**{n: len(classes[n]) for n in self.names['cat_names'] + self.names['mh_names'] if n in classes},
+                 **({y: len(y_vocab) for y in self.ys} if y_vocab is not None else {})}
+        for f,cols in self.stats.items():
+            for n,(lo,hi,nulls,nan) in cols.items():
+                if n in vocab and lo is not None and (lo < 0 or hi >= vocab[n]): raise ValueError(
+                    f"{f}: column {n!r} holds codes from {lo} to {hi}, but its vocabulary in the saved procs has {vocab[n]} entries "
+                    f"(codes 0 to {vocab[n]-1}); {fix}")
+                if n in self.names['cont_names'] + (self.ys if y_vocab is None else []) and (nulls or nan or not np.isfinite([lo or 0, hi or 0]).all()):
+                    raise ValueError(f"{f}: {'target' if n in self.ys else 'continuous column'} {n!r} has missing or infinite values "
+                                     f"({nulls:,} missing, {nan} row groups all NaN, range {lo} to {hi}): training would give NaN losses; "
+                                     f"process it with `FillMissing` (continuous columns) or drop those rows, then write the folder again")
+
     def row_bytes(self, schema)->int:
         "Bytes of a row's fixed-width columns as tensors: codes as stored, continuous float32, targets as stored"
         return sum(schema.field(n).type.bit_width//8 for n in self.names['cat_names'] + self.names['cont_names'] + self.ys)
@@ -102,13 +147,14 @@ class ProcessedSplit:
         for g in gs: by_file.setdefault(self.groups[g][0], []).append(self.groups[g][1])
         if device.type=='cuda' and reader=='cudf':
             import cudf
-            with torch.cuda.device(device):
-                df = cudf.read_parquet([self.fs.unstrip_protocol(self.files[i]) for i in by_file], row_groups=list(by_file.values()),
-                                       columns=self.columns+list(extra_names))
-                return _chunk(df, self.names, self.ys, device, extra_names)
+            fns = [self.fs.unstrip_protocol(self.files[i]) for i in by_file]
+            with torch.cuda.device(device), _naming(', '.join(fns), list(by_file.values())):
+                df = cudf.read_parquet(fns, row_groups=list(by_file.values()), columns=self.columns+list(extra_names))
+            return _chunk(df, self.names, self.ys, device, extra_names)
         import pyarrow as pa, pyarrow.parquet as pq
         def _one(i, rgs):
-            with self.fs.open(self.files[i], 'rb') as fh: return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
+            with self.fs.open(self.files[i], 'rb') as fh, _naming(self.files[i], rgs):
+                return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
         tbl = pa.concat_tables([_one(i, rgs) for i,rgs in by_file.items()])
         return _chunk(tbl, self.names, self.ys, device, extra_names)
 
@@ -126,6 +172,11 @@ def _to_gpu(t:TabTensors, device)->TabTensors:
     with torch.cuda.stream(side): res = t.apply(lambda x: x.pin_memory().to(device, non_blocking=True))
     side.synchronize()
     return res.apply(lambda x: x.record_stream(main) or x)  # freed later, after the training stream's use
+
+def _pass_column(a):
+    "A pyarrow column of pass-through values as pandas: integers with nulls as pandas' nullable integers (not float64, which rounds ids above 2**53)"
+    import pyarrow as pa
+    return a.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_integer(t) else None)
 
 def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
@@ -145,7 +196,7 @@ def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
             a = frame.column(m).combine_chunks()
             offs = a.offsets.to_numpy().astype(np.int64)
             t.mh[m] = (torch.from_numpy(a.flatten().to_numpy().astype(np.int64)), torch.from_numpy(offs-offs[0]))
-        t.extras = [extra_tensor(frame.column(n).to_pandas()) for n in extra_names]
+        t.extras = [extra_tensor(_pass_column(frame.column(n))) for n in extra_names]
         if device.type=='cuda': t = _to_gpu(t, device)
     t.n,t.device = len(t.cats),torch.device(device)
     return t
@@ -173,6 +224,8 @@ class ParquetDataLoader(BatchDataLoader):
         if dataset is None:
             procs,names = self.src.procs_names
             dataset = TabularGPU(self.src.empty(kwargs.get('extra_names', ())), procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+        cat = next((p for p in dataset.procs if isinstance(p, Categorize)), None)
+        self.src.check_values(dataset.classes, None if cat is None else list(cat.vocab))
         super().__init__(dataset, bs=bs, shuffle=shuffle, drop_last=drop_last, **kwargs)
         self.n,self.mem_bytes,self.log = self.src.n,mem_bytes,None
         self.window_bytes()
@@ -285,6 +338,9 @@ def from_processed(cls:TabularDataLoaders,
     "fastai `DataLoaders` of `ParquetDataLoader`s streaming the training and validation rows of a processed folder"
     device = ifnone(device, default_device())
     trn = ParquetDataLoader(path, bs=bs, shuffle=shuffle, drop_last=shuffle, mem_bytes=mem_bytes, seed=seed, device=device, **kwargs)
+    if not trn.src.ys: raise ValueError(
+        f"{path}: the training rows have no target column (the procs name {trn.src.names['y_names'] or 'none'}): training needs one; "
+        f"write the folder from a `TabularGPU` or `TabularDask` with `y_names` (a folder without targets is for `ParquetDataLoader` predictions)")
     val = ParquetDataLoader(ProcessedSplit(path, 'valid'), bs=ifnone(val_bs, bs), mem_bytes=mem_bytes, seed=trn.seed, device=device,
                             dataset=trn.dataset, **kwargs)
     local = isinstance(path, Path) or '://' not in str(path)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
-import json, os, shutil, uuid, warnings
+import json, os, shutil, socket, uuid, warnings
 import torch
 from contextlib import contextmanager
 from typing import Callable
@@ -21,9 +21,9 @@ from .backend import *
 from .procs import *
 
 # %% auto #0
-__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_cont_dtypes', 'check_targets', 'clean_conts',
+__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_cont_dtypes', 'check_targets', 'clean_conts', 'exact_floats',
            'random_splits', 'RandomRowSplit', 'TabularGPU', 'check_writable', 'save_procs', 'load_procs',
-           'processed_frame', 'write_part', 'check_pass_names', 'building', 'write_dataset_info']
+           'processed_frame', 'write_part', 'check_pass_names', 'check_destination', 'building', 'write_dataset_info']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
 _KINDS = ('cat_names', 'cont_names', 'mh_names')
@@ -78,6 +78,11 @@ def clean_conts(df, cont_names):
                           f"`FillMissing`, flagged in `{n}_na`); replace them first to do otherwise")
             df[n] = df[n].where(~inf)
     return df
+
+def exact_floats(columns, cont_names, y_names)->list:
+    "The `columns` whose floats `shrink` narrows only without loss: all but the continuous ones and the targets (fastai narrows those), so ids stay exact"
+    lossy = set(L(cont_names)) | set(L(y_names))
+    return [c for c in columns if c not in lossy]
 
 # %% ../nbs/02_tabular.ipynb #e7ea3d7b
 _ours = {_FaiCategorify: Categorify, _FaiFillMissing: FillMissing, _FaiNormalize: Normalize}
@@ -146,7 +151,7 @@ class TabularGPU(TabularPandas):
             df = take_rows(df, array_lib(df).concatenate(splits))  # a new frame: no copy needed
         elif not inplace: df = df.copy()
         if do_setup: df = clean_conts(df, cont_names)
-        if reduce_memory: df = shrink(df, skip=L(mh_names))
+        if reduce_memory: df = shrink(df, skip=L(mh_names), exact=exact_floats(df.columns, cont_names, y_names))
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         CollBase.__init__(self, df)
         self.y_names,self.device,self.mh_names = L(y_names),device,L(mh_names)
@@ -328,7 +333,7 @@ def processed_frame(df, names:dict, pass_names=()):
     "The columns of processed `df` as the processed format stores them: codes int32, continuous float32, lists, targets, pass-through"
     ys = [y for y in names['y_names'] if y in df.columns]
     out = df[list(names['cat_names']) + list(names['mh_names']) + list(names['cont_names']) + ys + list(pass_names)]
-    return out.astype({**{n: 'int32' for n in names['cat_names']}, **{n: 'float32' for n in names['cont_names']}})
+    return nans_to_nulls(out.astype({**{n: 'int32' for n in names['cat_names']}, **{n: 'float32' for n in names['cont_names']}}))  # nulls: counted in the statistics
 
 def write_part(df, folder, i:int, row_group_rows:int)->dict|None:
     "Write processed rows `df` as part file `i` of `folder` (nothing for no rows): {file, rows}"
@@ -345,17 +350,46 @@ def check_pass_names(pass_names, names:dict, columns):
                                             f"and pass the copy")
         if n not in columns: raise ValueError(f"pass-through column {n!r} is not in the frame")
 
+def _writer_gone(tmp:Path)->bool|None:
+    "Whether the process that made temporary folder `tmp` has ended (its `.writer` file: host and pid); None when it ran on another host"
+    try: w = json.loads((tmp/'.writer').read_text())
+    except (OSError, ValueError): return True  # no record: a writer killed before writing it, or an older version's
+    if w.get('host') != socket.gethostname(): return None
+    try: os.kill(int(w['pid']), 0)
+    except ProcessLookupError: return True
+    except (PermissionError, KeyError, ValueError, TypeError): return False
+    return False
+
+def check_destination(path:Path, overwrite:bool):
+    "Raise before anything is written when `path` is a file, or a folder that `overwrite` may not replace (only a processed or an empty one)"
+    if not path.exists(): return
+    if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a folder: pass another `path` (nothing was written)")
+    if not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` to replace it")
+    if not (path/'dataset.json').exists() and (held := sorted(o.name for o in path.iterdir())):
+        raise FileExistsError(f"{path} is not a processed folder (no dataset.json) and holds {', '.join(held[:5])}" + (' ...' if len(held) > 5 else '') +
+                              ": `overwrite=True` replaces only a processed folder or an empty one; pass another `path`, or remove it yourself")
+
 @contextmanager
 def building(path, overwrite:bool=False):
-    "A temporary folder beside `path`, renamed to `path` when the block succeeds and removed when it fails: no half-written output"
+    "A temporary folder beside `path`, renamed to `path` when the block succeeds and removed when it fails: no half-written output, nothing but a processed folder replaced"
     path = Path(path)
-    if path.exists() and not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` to replace it")
+    check_destination(path, overwrite)
+    for old in sorted(path.parent.glob(f'.{path.name}.tmp-*')):
+        if (gone := _writer_gone(old)) is None: warnings.warn(f"{old}: an unfinished write to {path} from another host, left as it is"); continue
+        if gone:
+            shutil.rmtree(old, ignore_errors=True)
+            warnings.warn(f"removed {old}: the temporary folder of an earlier write to {path} whose process ended before it finished")
     tmp = path.with_name(f'.{path.name}.tmp-{uuid.uuid4().hex[:8]}')
     (tmp/'train').mkdir(parents=True); (tmp/'valid').mkdir()
+    (tmp/'.writer').write_text(json.dumps(dict(host=socket.gethostname(), pid=os.getpid())))
     try: yield tmp
     except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
-    if path.exists(): shutil.rmtree(path)
-    os.replace(tmp, path)
+    (tmp/'.writer').unlink()
+    if path.exists():  # a processed folder (checked above): moved aside, then removed once the new one is in place
+        check_destination(path, overwrite)
+        os.replace(path, old := path.with_name(f'.{path.name}.old-{uuid.uuid4().hex[:8]}'))
+        os.replace(tmp, path); shutil.rmtree(old, ignore_errors=True)
+    else: os.replace(tmp, path)
 
 def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed:int|None=None):
     "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"

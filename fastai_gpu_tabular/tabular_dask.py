@@ -55,11 +55,12 @@ def _col_splitter(splits):
     d = dict(zip(splits.__code__.co_freevars, (c.cell_contents for c in splits.__closure__)))
     return d['col'], d.get('on')
 
-def _summary(part, names:list)->dict:
-    "One partition's rows, dtypes, and min/max of its numeric columns among `names`"
+def _summary(part, names:list, exact=())->dict:
+    "One partition's rows, dtypes, min/max of its numeric columns among `names`, and whether those in `exact` are exact in float32"
     num = [n for n in names if part[n].dtype.kind in 'iuf']
     lo,hi = (to_pandas(part[num].min()),to_pandas(part[num].max())) if num and len(part) else ({},{})
-    return dict(n=len(part), dtypes={n: str(part[n].dtype) for n in names}, lo=dict(lo), hi=dict(hi))
+    ex = float32_exact(part, [n for n in num if n in exact and part[n].dtype.kind == 'f'])
+    return dict(n=len(part), dtypes={n: str(part[n].dtype) for n in names}, lo=dict(lo), hi=dict(hi), exact=ex)
 
 def _prepare(part, cont_names, types, splits, offsets, partition_info=None):
     "A partition with ±inf as missing, `types` applied, and its global row positions and validation flags added"
@@ -259,14 +260,17 @@ class TabularDask:
         raw = self.ddf[cols]
         lay = self.__dict__.setdefault('_layout', dict(cols=[], types={}))
         if new := [n for n in cols if n not in lay['cols']]:  # one pass: rows, dtypes, min and max of every partition
-            sums = _compute(*[delayed(_summary)(p, new) for p in self.ddf[new].map_partitions(clean_conts, list(self.cont_names)).to_delayed()])
+            exact = exact_floats(new, self.cont_names, self.y_names)
+            sums = _compute(*[delayed(_summary)(p, new, exact) for p in self.ddf[new].map_partitions(clean_conts, list(self.cont_names)).to_delayed()])
             for n in new:
                 if len(dts := {s['dtypes'][n] for s in sums if s['n']}) > 1:
                     raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(dts)}): cast it to one, "
                                      f"e.g. `ddf[{n!r}].astype(...)`, or read the files with one schema")
             lo,hi = ({n: f((s[k][n] for s in sums if n in s[k] and not pd.isna(s[k][n])), default=np.nan) for n in new}
                      for k,f in (('lo',min), ('hi',max)))
-            if self.reduce_memory: lay['types'].update(shrink_types({n: raw[n].dtype for n in new if n not in self.mh_names}, lo, hi))
+            if self.reduce_memory:
+                types = shrink_types({n: raw[n].dtype for n in new if n not in self.mh_names}, lo, hi)
+                lay['types'].update(exact_types(types, {n: all(s['exact'].get(n, True) for s in sums) for n in exact}))
             lay['offsets'],lay['cols'] = np.cumsum([0]+[s['n'] for s in sums]).tolist(),lay['cols']+new
         types = {n: t for n,t in lay['types'].items() if n in cols}
         meta = _prepare(raw._meta, list(self.cont_names), types, self.splits, lay['offsets'])

