@@ -1,4 +1,4 @@
-"""Where a streamed window's time goes, by step, on the MovieLens and Criteo shapes: the parquet decode, the host copy into
+"""Where a streamed window's time goes, by step (`load`: all of the reading thread's work, as the loader does it), on the MovieLens and Criteo shapes: the parquet decode, the host copy into
 one block, the copy to the GPU, the batch gathers; the copy as it was (`np.stack` of the columns into (rows, columns),
 `pin_memory`, `.to`) beside the one the loader does now (each column's chunks into a pinned (columns, rows) block by a
 pool of threads, the copy, the transpose on the GPU).
@@ -14,7 +14,7 @@ from fastai.tabular.all import CategoryBlock
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular, synth_criteo, CRITEO_SCHEMA
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-from fastai_gpu_tabular.stream import ParquetDataLoader, _host_block, _chunk
+from fastai_gpu_tabular.stream import ParquetDataLoader, _host_blocks, _chunk
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=30_000_000)
@@ -43,7 +43,7 @@ for shape in a.shape:
     path = folder(shape)
     dl = ParquetDataLoader(path, bs=65536, shuffle=True, seed=0, device='cuda')
     dl.mem_bytes = int(dl.src.nbytes.sum()*a.mem_frac)
-    src, steps = dl.src, {k: [] for k in ('decode', 'old_copy', 'new_host', 'new_gpu', 'gather')}
+    src, steps = dl.src, {k: [] for k in ('decode', 'decode_rg_pool', 'old_copy', 'new_host', 'new_gpu', 'load', 'gather')}
     n_rows = []
     import pyarrow as pa, pyarrow.parquet as pq
     for win in dl.windows()[:a.windows]:
@@ -52,14 +52,19 @@ for shape in a.shape:
         for g in gs: by.setdefault(src.groups[g][0], []).append(src.groups[g][1])
         tbl, t = ms(lambda: pa.concat_tables([pq.ParquetFile(src.files[i], memory_map=True).read_row_groups(r, columns=src.columns) for i, r in by.items()]))
         steps['decode'].append(t)
+        from concurrent.futures import ThreadPoolExecutor
+        tasks = [(i, j) for i, r in by.items() for j in r]
+        one = lambda ij: pq.ParquetFile(src.files[ij[0]], memory_map=True).read_row_group(ij[1], columns=src.columns, use_threads=False)
+        with ThreadPoolExecutor(16) as ex: steps['decode_rg_pool'].append(ms(lambda: pa.concat_tables(list(ex.map(one, tasks))))[1])
         names = src.names
         def old():
             blk = lambda ns, dt: torch.from_numpy(np.stack([tbl.column(n).to_numpy().astype(dt, copy=False) for n in ns], 1))
             return [x.pin_memory().to('cuda', non_blocking=True) for x in (blk(names['cat_names'], np.int32), blk(names['cont_names'], np.float32))]
         steps['old_copy'].append(ms(old)[1])
-        host, t = ms(lambda: [_host_block(tbl, names['cat_names'], torch.int32, True), _host_block(tbl, names['cont_names'], torch.float32, True)])
+        host, t = ms(lambda: _host_blocks([tbl], tbl.num_rows, [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)], True))
         steps['new_host'].append(t)
         steps['new_gpu'].append(ms(lambda: [x.to('cuda', non_blocking=True).T.contiguous() for x in host])[1])
+        steps['load'].append(ms(lambda: dl.load(win, 0, 0))[1])  # the reading thread's whole work: decode and copy overlapped, the window's order
         t = _chunk(tbl, names, src.ys, torch.device('cuda'))
         idx = torch.randperm(t.n, device='cuda')
         steps['gather'].append(ms(lambda: [dl.create_batch(idx[i:i+65536], t) for i in range(0, t.n, 65536)])[1])  # the window's batches

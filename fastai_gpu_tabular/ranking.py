@@ -144,7 +144,7 @@ def roc_auc(
 )->Tensor:
     "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes, or if a score or target is NaN"
     preds = _flat(preds, 'preds', 'roc_auc')
-    preds,targs,groups = ranking_inputs(preds, targs, torch.zeros(len(preds), dtype=torch.long) if groups is None else groups, 'roc_auc')
+    preds,targs,groups = ranking_inputs(preds, targs, torch.zeros(len(preds), dtype=torch.long, device=preds.device) if groups is None else groups, 'roc_auc')
     r = ranked(preds, groups)
     pos = targs[r.o] > 0
     neg,b0 = (~pos).double(),torch.arange(len(pos), device=pos.device) - r.slot  # b0: where the row's tie block starts

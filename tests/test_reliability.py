@@ -32,7 +32,7 @@ def same_groups(a, b): return np.array_equal(pd.factorize(np.asarray(a), use_na_
 
 def valid_extras(dl):
     "The pass-through columns of every batch of loader `dl`, in order"
-    return [torch.cat(x).numpy() for x in zip(*[b[-1] for b in dl])]
+    return [torch.cat(x).cpu().numpy() for x in zip(*[b[-1] for b in dl])]
 
 def check_ids(extras, df):
     ref = df.iloc[SPLIT(df)[1]].reset_index(drop=True)
