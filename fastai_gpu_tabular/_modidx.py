@@ -708,6 +708,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.train.main': ('train.html#main', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.parse_metrics': ( 'train.html#parse_metrics',
                                                                                       'fastai_gpu_tabular/train.py'),
+                                          'fastai_gpu_tabular.train.parse_sizes': ('train.html#parse_sizes', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.pick_lr': ('train.html#pick_lr', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.predict': ('train.html#predict', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.predict_cli': ('train.html#predict_cli', 'fastai_gpu_tabular/train.py'),

@@ -19,8 +19,8 @@ from .stream import is_processed, read_dataset_info
 from .ranking import MRR, NDCGAt, RecallAt
 
 # %% auto #0
-__all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range',
-           'pick_lr', 'main', 'predict', 'predict_cli']
+__all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'parse_sizes', 'auto_bs', 'baseline', 'report_baseline',
+           'target_range', 'pick_lr', 'main', 'predict', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -88,6 +88,20 @@ def parse_metrics(
     return res
 
 # %% ../nbs/08_train.ipynb #5c8b0930
+def parse_sizes(spec:str|None, names:list, arg:str='emb_dim')->dict:
+    "Embedding widths from the command line: one number for every column of `names`, or 'name=N,...' for some (the others: fastai's rule)"
+    if not spec: return {}
+    if '=' not in spec:
+        if not spec.isdigit() or int(spec) < 1: raise ValueError(f"`{arg}`: {spec!r} is neither a positive width nor 'name=N,...'")
+        return {n: int(spec) for n in names}
+    res = {}
+    for kv in spec.split(','):
+        k,_,v = kv.strip().partition('=')
+        if k not in names: raise ValueError(f"`{arg}`: {k!r} is not a categorical column; they are {', '.join(names)}")
+        if not v.isdigit() or int(v) < 1: raise ValueError(f"`{arg}`: the width of {k!r} must be a positive whole number, not {v!r}")
+        res[k] = int(v)
+    return res
+
 def auto_bs(n_rows:int, world:int=1, steps:int=500)->int:
     "Rows a batch per process for about `steps` steps an epoch over `n_rows` training rows: a power of 2 from 64 to 65,536"
     return int(2**np.clip(np.round(np.log2(max(n_rows, 1)/(steps*world))), 6, 16))
@@ -116,7 +130,7 @@ def target_range(to)->tuple|None:
     return (lo - 0.05*(hi-lo), hi + 0.05*(hi-lo))
 
 def pick_lr(learn, out, opt:str, resume:bool=False)->float:
-    "A run's learning rate given none: `lr_find`'s valley in one process; under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"
+    "A run's learning rate given none: `lr_find`'s valley in one process (over a tenth of an epoch, 20 to 100 steps); under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"
     fn = Path(out)/'lr.json'
     if resume and fn.exists(): return json.loads(fn.read_text())['lr']
     world,bs = max(num_distrib(), 1),learn.dls.train.bs
@@ -124,7 +138,8 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
         lr,how = large_batch_lr(bs*world, *((5e-3, 1024) if opt=='lamb' else (2e-3, 64))),'square-root rule'
     else:
         epoch = learn.dls.train.epoch  # lr_find draws batches: the run's epochs must not move
-        with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(show_plot=False).valley),"lr_find's valley"
+        num_it = int(np.clip(len(learn.dls.train)//10, 20, 100))  # at most a tenth of an epoch (fastai's 100 steps, fewer on large data)
+        with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(num_it=num_it, show_plot=False).valley),f"lr_find's valley ({num_it} steps)"
         learn.dls.train.epoch = epoch
     if not rank_distrib(): fn.parent.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(dict(lr=lr, how=how)))
     return lr
@@ -141,6 +156,7 @@ def main(
     rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
     valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
     layers:str='512,256', # Hidden layer sizes, comma-separated
+    emb_dim:str=None, # Embedding widths: one for every table (e.g. 16), or 'name=N,...' (others by fastai's rule); default: fastai's rule
     bs:int=None, # Batch size of each process (default: `auto_bs`, about 500 steps an epoch)
     lr:float=None, # Maximum learning rate (default: `pick_lr`: `lr_find`'s valley in one process, a rule in several)
     epochs:int=3, # Epochs of `fit_one_cycle`
@@ -208,7 +224,7 @@ def main(
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     base = baseline(to, y_block)
     ph.lap('data')
-    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
+    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=parse_sizes(emb_dim, list(to.cat_names)), config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
                             opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
                             y_range=target_range(to) if y_block=='regression' else None)
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())

@@ -27,9 +27,15 @@ def test_the_cli_reads_it_by_name_as_a_folder_and_as_a_glob(tmp_path):
     d = prep(data=str(raw), cpu=True, dask=True, out=str(tmp_path/'d'), **names)
     for o in (c, d): assert o.classes == b.classes
     with pytest.raises(FileNotFoundError, match='no .parquet files'): prep(data=str(tmp_path/'raw'/'x*.parquet'), cpu=True, out=str(tmp_path/'e'), **names)
-    learn = train(data=str(tmp_path/'b'), epochs=1, bs=512, cpu=True, out=str(tmp_path/'run'), layers='32')
+    learn = train(data=str(tmp_path/'b'), epochs=1, bs=512, cpu=True, out=str(tmp_path/'run'), layers='32', emb_dim='8')
     m = json.loads((tmp_path/'run'/'metrics.json').read_text())
     assert 0.5 < m['roc_auc_score'] < 1 and learn.dls.train.n > 4_000
+    assert {e.embedding_dim for e in learn.model.embeds} == {8} and len(learn.model.embeds) == 39
+    ph = m['phases_s']  # named by what they are: no 'preprocessing' for a processed folder
+    assert list(ph) == ['data', 'model', 'lr_find', 'train', 'validation', 'checkpoints', 'save'] and all(v >= 0 for v in ph.values())
+    assert abs(sum(ph.values()) - m['total_s']) < 1e-6 and m['saved_bytes'] > 0 and json.loads((tmp_path/'run'/'lr.json').read_text())['how'].endswith('(20 steps)')
+    with pytest.raises(ValueError, match="`emb_dim`: 'nope' is not a categorical column"):
+        train(data=str(tmp_path/'b'), epochs=1, bs=512, cpu=True, out=str(tmp_path/'run2'), emb_dim='nope=4')
 
 def test_streamed_criteo_batches_are_the_resident_ones(tmp_path):
     from fastai.tabular.all import CategoryBlock
