@@ -497,6 +497,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                          'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ProcessedSplit.__init__': ( 'stream.html#processedsplit.__init__',
                                                                                                   'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream.ProcessedSplit._local_file': ( 'stream.html#processedsplit._local_file',
+                                                                                                     'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ProcessedSplit.check_values': ( 'stream.html#processedsplit.check_values',
                                                                                                       'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ProcessedSplit.empty': ( 'stream.html#processedsplit.empty',

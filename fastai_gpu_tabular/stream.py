@@ -4,8 +4,7 @@
 
 # %% ../nbs/04c_stream.ipynb #76df0fc4
 from __future__ import annotations
-import functools, json, os, random, tempfile
-from contextlib import nullcontext
+import functools, json, os, random, tempfile, threading
 from concurrent.futures import ThreadPoolExecutor
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
@@ -154,15 +153,22 @@ class ProcessedSplit:
             return _chunk(df, self.names, self.ys, device, extra_names)
         import pyarrow as pa, pyarrow.parquet as pq
         local = 'file' in self.fs.protocol or self.fs.protocol=='local'
-        tables,pin = [],device.type=='cuda'
-        def pieces():  # two row groups at a time: the copies of one piece run while the next is decoded
-            for i,rgs in by_file.items():  # a local file by its path: pyarrow's own reads (memory-mapped), not Python's file object
-                with (nullcontext(self.files[i]) if local else self.fs.open(self.files[i], 'rb')) as fh, _naming(self.files[i], rgs):
-                    pf = pq.ParquetFile(fh, memory_map=local)
-                    for k in range(0, len(rgs), 2): tables.append(pf.read_row_groups(rgs[k:k+2], columns=self.columns+list(extra_names))); yield tables[-1]
-        n = int(sum(self.rows[g] for g in gs))
-        blocks = _host_blocks(pieces(), n, [(self.names['cat_names'], torch.int32), (self.names['cont_names'], torch.float32)], pin)
-        return _chunk(pa.concat_tables(tables) if tables else self.schema.empty_table(), self.names, self.ys, device, extra_names, blocks)
+        def _one(i, rgs):
+            with _naming(self.files[i], rgs):
+                if not local:
+                    with self.fs.open(self.files[i], 'rb') as fh: return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
+                return self._local_file(i).read_row_groups(rgs, columns=self.columns+list(extra_names))
+        tbl = pa.concat_tables([_one(i, rgs) for i,rgs in by_file.items()])
+        return _chunk(tbl, self.names, self.ys, device, extra_names)
+
+    def _local_file(self, i:int):
+        "Part file `i` opened by pyarrow (its own reads, not Python's file object; its footer parsed once), one per reading thread; not memory-mapped, which would count every page read in the process's memory"
+        cache = self.__dict__.setdefault('_open', threading.local()).__dict__
+        if i not in cache:
+            import pyarrow.parquet as pq
+            if len(cache) >= 64: cache.pop(next(iter(cache)))  # open files stay few, however many parts
+            cache[i] = pq.ParquetFile(self.files[i])
+        return cache[i]
 
     def empty(self, extra_names=())->pd.DataFrame:
         "No rows, with the processed columns (and `extra_names`) and their types: the frame of the `TabularGPU` that decodes batches"
@@ -189,13 +195,11 @@ def _copy_column(dst, col):
     at = 0
     for ch in col.chunks: dst[at:at+len(ch)] = ch.to_numpy(zero_copy_only=False); at += len(ch)
 
-def _host_blocks(tables, n:int, blocks:list, pin:bool)->list:
-    "For each (names, dtype) of `blocks`, the columns of pyarrow `tables` (an iterable of `n` rows in all) as one (columns, rows) tensor, pinned if `pin`: each column copied once, by a pool of threads, while the next table is decoded"
-    outs,futs,at = [torch.empty((len(ns), n), dtype=dt, pin_memory=pin) for ns,dt in blocks],[],0
-    for tbl in tables:  # a (rows, columns) stack writes at the stride of a row: 8x slower at 39 columns
-        futs += [_copy_pool().submit(_copy_column, o.numpy()[i, at:at+tbl.num_rows], tbl.column(nm)) for o,(ns,_) in zip(outs, blocks) for i,nm in enumerate(ns)]
-        at += tbl.num_rows
-    for f in futs: f.result()
+def _host_blocks(tbl, blocks:list, pin:bool)->list:
+    "For each (names, dtype) of `blocks`, those columns of pyarrow table `tbl` as one (columns, rows) tensor, pinned if `pin`: each column copied once, by a pool of threads"
+    outs = [torch.empty((len(ns), tbl.num_rows), dtype=dt, pin_memory=pin) for ns,dt in blocks]
+    futs = [_copy_pool().submit(_copy_column, o.numpy()[i], tbl.column(nm)) for o,(ns,_) in zip(outs, blocks) for i,nm in enumerate(ns)]
+    for f in futs: f.result()  # a (rows, columns) stack writes at the stride of a row: 8x slower at 39 columns
     return outs
 
 def _pass_column(a):
@@ -203,8 +207,8 @@ def _pass_column(a):
     import pyarrow as pa
     return a.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_integer(t) else None)
 
-def _chunk(frame, names:dict, ys:list, device, extra_names=(), blocks=None)->TabTensors:
-    "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored (`blocks`: its codes and continuous values, copied already)"
+def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
+    "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
     t = TabTensors.__new__(TabTensors)
     if is_cudf(frame):
         t.cats,t.conts = _block(frame, names['cat_names'], torch.int32),_block(frame, names['cont_names'], torch.float32)
@@ -213,7 +217,7 @@ def _chunk(frame, names:dict, ys:list, device, extra_names=(), blocks=None)->Tab
         t.extras = [extra_tensor(frame[n]) for n in extra_names]
     else:
         pin,col = device.type=='cuda',lambda n: frame.column(n).to_numpy()
-        t.cats,t.conts = blocks or _host_blocks([frame], len(frame), [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)], pin)
+        t.cats,t.conts = _host_blocks(frame, [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)], pin)
         t.ys = torch.from_numpy(np.stack([col(y) for y in ys], 1)) if ys else None
         t.mh = {}
         for m in names['mh_names']:
@@ -237,12 +241,14 @@ class ParquetDataLoader(BatchDataLoader):
         mem_bytes:int|None=None, # Most bytes of rows resident at once on this rank's device, the chunk read ahead included (default: 1/4 of its free memory)
         split:str='train', # The split of `source` to read: 'train' or 'valid'
         reader:str='pyarrow', # 'pyarrow': decode on the CPU, copy to the GPU on a side stream; 'cudf': decode on the GPU (on the training stream)
+        prefetch:int=2, # Windows read ahead at once, each by its own thread (`mem_bytes` holds them and the one in use)
         dataset=None, # The `TabularGPU` (no rows) that decodes batches (default: one from the saved procs)
         **kwargs
     ):
         if reader not in ('pyarrow', 'cudf'): raise ValueError(f"`reader` must be 'pyarrow' or 'cudf', not {reader!r}")
         if reader=='cudf' and not gpu_available(): raise ValueError("`reader='cudf'` needs cuDF and a GPU: use the default, 'pyarrow'")
-        self.reader = reader
+        if prefetch < 1: raise ValueError(f"`prefetch` must be at least 1 (a window read ahead), not {prefetch}")
+        self.reader,self.prefetch = reader,prefetch
         if kwargs.pop('host', False): raise ValueError("`host=True` is for the `BatchDataLoader`: a `ParquetDataLoader` reads each chunk to its device")
         self.src = source if isinstance(source, ProcessedSplit) else ProcessedSplit(source, split)
         if kwargs.get('mh_width')=='max': raise ValueError("`mh_width='max'` needs every row: pass a number of codes, or None for (values, offsets)")
@@ -256,14 +262,14 @@ class ParquetDataLoader(BatchDataLoader):
         self.window_bytes()
 
     def window_bytes(self)->int:
-        "Bytes of the row groups one window reads: half of `mem_bytes` once two batches are set aside (two windows are resident while one is read ahead)"
-        mem = self.mem_bytes or device_bytes_free(self.device or 'cpu')//4
+        "Bytes of the row groups one window reads: a share of `mem_bytes`, once two batches are set aside, for the window in use and the `prefetch` read ahead"
+        mem,k = self.mem_bytes or device_bytes_free(self.device or 'cpu')//4,self.prefetch+1
         if not len(self.src.groups): return mem
         per_row = int((self.src.nbytes/np.maximum(self.src.rows, 1)).max())+1
-        res,biggest = (mem - 2*self.bs*per_row)//2,int(self.src.nbytes.max())
+        res,biggest = (mem - 2*self.bs*per_row)//k,int(self.src.nbytes.max())
         if res < biggest: raise ValueError(
             f"`mem_bytes`={mem:,} is too small for {self.src.path}: one batch of {self.bs:,} rows takes about {self.bs*per_row:,} bytes and its "
-            f"largest row group {biggest:,}; pass `mem_bytes` of at least {2*biggest + 2*self.bs*per_row:,}, or write smaller row groups "
+            f"largest row group {biggest:,}; pass `mem_bytes` of at least {k*biggest + 2*self.bs*per_row:,}, or write smaller row groups "
             f"(`row_group_rows` of `to_parquet`)")
         return res
 
@@ -296,12 +302,12 @@ class ParquetDataLoader(BatchDataLoader):
     def load(self, win:list, k:int, epoch:int)->tuple[TabTensors,Tensor]:
         "Window `win` (number `k` of `epoch`) read as one chunk, and its rows' positions in the chunk in this epoch's order"
         gs = sorted({g for g,_,_ in win})
+        gen = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, k)) % 2**63)
+        perm = _copy_pool().submit(torch.randperm, sum(hi-lo for _,lo,hi in win), generator=gen) if self.shuffle else None  # beside the read
         t = self.src.read(gs, self.device, self.reader, self.extra_names)
         at = dict(zip(gs, np.cumsum([0]+[int(self.src.rows[g]) for g in gs])))
         idx = torch.cat([torch.arange(at[g]+lo, at[g]+hi) for g,lo,hi in win])
-        if self.shuffle:
-            gen = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, k)) % 2**63)
-            idx = idx[torch.randperm(len(idx), generator=gen)]
+        if perm is not None: idx = idx[perm.result()]
         for m,(v,o) in t.mh.items():
             if isinstance(self.mh_width, int) and (n := bag_width(o)) > self.mh_width: raise ValueError(
                 f"multi-hot column {m!r} has rows of {n} codes, more than `mh_width`={self.mh_width}: pass at least {n}")
@@ -320,11 +326,15 @@ class ParquetDataLoader(BatchDataLoader):
         bs,pending,log = self.bs,None,ifnone(self.log, [])
         rows = lambda b: len(b[0])
         if k0 >= len(wins): return
-        with ThreadPoolExecutor(1, thread_name_prefix='fgt-stream') as ex:
-            fut = ex.submit(self.load, wins[k0], k0, epoch); log.append(('read', k0))
+        with ThreadPoolExecutor(self.prefetch, thread_name_prefix='fgt-stream') as ex:
+            futs = {}
+            def ahead(k):  # windows k to k+prefetch-1 being read, each by its own thread
+                for j in range(k, min(k+self.prefetch, len(wins))):
+                    if j not in futs: futs[j] = ex.submit(self.load, wins[j], j, epoch); log.append(('read', j))
+            ahead(k0)
             for k in range(k0, len(wins)):
-                t,idx = fut.result()
-                if k+1 < len(wins): fut = ex.submit(self.load, wins[k+1], k+1, epoch); log.append(('read', k+1))
+                t,idx = futs.pop(k).result()
+                ahead(k+1)
                 if k==k0: idx = idx[drop:]
                 i = 0
                 if pending is not None:  # the batch that straddles the previous window and this one
@@ -346,7 +356,7 @@ class ParquetDataLoader(BatchDataLoader):
     def new(self, dataset=None, cls=None, **kwargs):
         "A loader like this one over the same stream; given a `TabularGPU` with rows (`test_dl`, `new_empty`), a `BatchDataLoader` over them"
         if dataset is not None and dataset is not self.dataset: return BatchDataLoader.new(self, dataset, ifnone(cls, BatchDataLoader), **kwargs)
-        return super().new(None, cls, source=self.src, mem_bytes=self.mem_bytes, reader=self.reader, **kwargs)
+        return super().new(None, cls, source=self.src, mem_bytes=self.mem_bytes, reader=self.reader, prefetch=self.prefetch, **kwargs)
 
 # %% ../nbs/04c_stream.ipynb #235cd68f
 @patch(cls_method=True)
