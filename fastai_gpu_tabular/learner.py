@@ -5,6 +5,8 @@
 # %% ../nbs/05_learner.ipynb #16ddb523
 from __future__ import annotations
 import json
+from copy import deepcopy
+from fastai.callback.schedule import LRFinder, ParamScheduler
 from fastai.tabular.all import *
 from fastai.tabular.learner import tabular_learner as _fai_tabular_learner
 from fastai.tabular.model import _one_emb_sz
@@ -55,6 +57,21 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
     learn = TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
     learn.model_args = args
     return learn
+
+# %% ../nbs/05_learner.ipynb #9cccca60
+@patch
+def before_fit(self:LRFinder):
+    "fastai's, with the model's and optimizer's state kept in host memory instead of written to a file"
+    ParamScheduler.before_fit(self)
+    self.saved = ({k: v.detach().to('cpu', copy=True) for k,v in self.learn.model.state_dict().items()}, deepcopy(self.learn.opt.state_dict()))
+    self.best_loss = float('inf')
+
+@patch
+def after_fit(self:LRFinder):
+    "fastai's: the model and optimizer as they were before the trial steps"
+    self.learn.opt.zero_grad()
+    if getattr(self, 'saved', None) is not None:
+        self.learn.model.load_state_dict(self.saved[0]); self.learn.opt.load_state_dict(self.saved[1]); self.saved = None
 
 # %% ../nbs/05_learner.ipynb #d31464e2
 @patch
