@@ -41,6 +41,7 @@ p.add_argument('--reader', default='pyarrow', choices=['pyarrow', 'cudf'], help=
 p.add_argument('--name', default='stream', help='results file: bench/results/NAME.json')
 p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], help='the rows: `synth_movielens` or `synth_criteo`')
 p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
+p.add_argument('--prefetch', type=int, nargs='+', default=[2], help="the streaming loader's windows read ahead at once, a row each")
 p.add_argument('--emb-dim', type=int, nargs='+', default=None, help="one embedding width for every table, a row each (default: fastai's rule)")
 a = p.parse_args()
 assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
@@ -90,16 +91,17 @@ def pyarrow_epoch(bs):
 
 rows, meta = [], dict(bench='stream', shape=a.shape, cap=a.cap if a.shape == 'criteo' else None, reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
                       data_bytes=int(src.nbytes.sum()), mem_bytes=mem, row_groups=len(src.groups))
-for bs,emb in [(bs, emb) for bs in a.bs for emb in (a.emb_dim or [None])]:
-    res_dls = to.dataloaders(bs=bs, seed=0)
-    resident = fit_rate(res_dls, bs, emb)
-    del res_dls
-    dls = TabularDataLoaders.from_processed(path, bs=bs, mem_bytes=mem, seed=0, reader=a.reader)
+for bs,emb,pf in [(bs, emb, pf) for bs in a.bs for emb in (a.emb_dim or [None]) for pf in a.prefetch]:
+    if pf == a.prefetch[0]:  # the resident baseline: once a batch size and width
+        res_dls = to.dataloaders(bs=bs, seed=0)
+        resident = fit_rate(res_dls, bs, emb)
+        del res_dls
+    dls = TabularDataLoaders.from_processed(path, bs=bs, mem_bytes=mem, seed=0, reader=a.reader, prefetch=pf)
     streamed = fit_rate(dls, bs, emb)
-    r = dict(bs=bs, emb=emb or 'rule', resident_fit=f'{resident/1e6:.2f}M', stream_fit=f'{streamed/1e6:.2f}M', ratio=f'{streamed/resident:.3f}',
+    r = dict(bs=bs, emb=emb or 'rule', prefetch=pf, resident_fit=f'{resident/1e6:.2f}M', stream_fit=f'{streamed/1e6:.2f}M', ratio=f'{streamed/resident:.3f}',
              windows=len(dls.train.windows()))
-    if world == 1 and emb == (a.emb_dim or [None])[0]:  # the loader alone: once a batch size
-        dl = ParquetDataLoader(path, bs=bs, shuffle=True, drop_last=True, mem_bytes=mem, seed=0, device=device, reader=a.reader)
+    if world == 1 and emb == (a.emb_dim or [None])[0]:  # the loader alone: once a batch size (and read-ahead)
+        dl = ParquetDataLoader(path, bs=bs, shuffle=True, drop_last=True, mem_bytes=mem, seed=0, device=device, reader=a.reader, prefetch=pf)
         n = len(dl)*bs
         cached = epoch_rate(lambda: dl, n)
         cold = epoch_rate(lambda: dl, n, drop_cache)
@@ -109,7 +111,7 @@ for bs,emb in [(bs, emb) for bs in a.bs for emb in (a.emb_dim or [None])]:
     rows.append(r)
     del dls
 if rank0:
-    cols = ['bs', 'emb', 'resident_fit', 'stream_fit', 'ratio', 'windows'] + (['loader_cached', 'loader_cold', 'pyarrow_baseline', 'vs_baseline'] if world == 1 else [])
+    cols = ['bs', 'emb', 'prefetch', 'resident_fit', 'stream_fit', 'ratio', 'windows'] + (['loader_cached', 'loader_cold', 'pyarrow_baseline', 'vs_baseline'] if world == 1 else [])
     print(f"{a.shape}: {a.rows:,} rows ({src.n:,} training, {len(src.columns)} columns), {meta['data_bytes']/2**20:.0f} MiB of training rows, mem_bytes {mem/2**20:.0f} MiB, "
           f"{world} GPU(s); rows/s")
     report(a.name, rows, cols, meta)

@@ -130,7 +130,7 @@ def target_range(to)->tuple|None:
     return (lo - 0.05*(hi-lo), hi + 0.05*(hi-lo))
 
 def pick_lr(learn, out, opt:str, resume:bool=False)->float:
-    "A run's learning rate given none: `lr_find`'s valley in one process (over a tenth of an epoch, 20 to 100 steps); under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"
+    "A run's learning rate given none: `lr_find`'s valley in one process; under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"
     fn = Path(out)/'lr.json'
     if resume and fn.exists(): return json.loads(fn.read_text())['lr']
     world,bs = max(num_distrib(), 1),learn.dls.train.bs
@@ -138,8 +138,7 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
         lr,how = large_batch_lr(bs*world, *((5e-3, 1024) if opt=='lamb' else (2e-3, 64))),'square-root rule'
     else:
         epoch = learn.dls.train.epoch  # lr_find draws batches: the run's epochs must not move
-        num_it = int(np.clip(len(learn.dls.train)//10, 20, 100))  # at most a tenth of an epoch (fastai's 100 steps, fewer on large data)
-        with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(num_it=num_it, show_plot=False).valley),f"lr_find's valley ({num_it} steps)"
+        with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(show_plot=False).valley),"lr_find's valley"
         learn.dls.train.epoch = epoch
     if not rank_distrib(): fn.parent.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(dict(lr=lr, how=how)))
     return lr
