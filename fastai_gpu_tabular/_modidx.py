@@ -525,6 +525,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                            'fastai_gpu_tabular.stream._naming': ('stream.html#_naming', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._pass_column': ( 'stream.html#_pass_column',
                                                                                        'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream._pinned': ('stream.html#_pinned', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._procs': ('stream.html#_procs', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._to_gpu': ('stream.html#_to_gpu', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.is_processed': ( 'stream.html#is_processed',

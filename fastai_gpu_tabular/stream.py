@@ -77,11 +77,11 @@ def _column_stats(md, columns:list)->dict:
 
 class ProcessedSplit:
     "The row groups of one split (`train`, `valid`) of a processed folder: found from the part files' footers, read whole"
-    def __init__(self, path, split:str='train'):
+    def __init__(self, path, split:str='train', procs_names:tuple|None=None):
         import pyarrow.parquet as pq
         if split not in ('train', 'valid'): raise ValueError(f"`split` must be 'train' or 'valid', not {split!r}")
         self.fs,self.root,info = read_dataset_info(path)
-        self.path,self.split,self.procs_names = str(path),split,_procs(self.fs, self.root)
+        self.path,self.split,self.procs_names = str(path),split,procs_names or _procs(self.fs, self.root)  # (procs, names): another split's
         self.procs,names = self.procs_names
         self.names = {k: list(names.get(k, [])) for k in ('cat_names','mh_names','cont_names','y_names')}
         self.files = [f'{self.root}/{f}' for f in info[split]['files']]
@@ -195,9 +195,19 @@ def _copy_column(dst, col):
     at = 0
     for ch in col.chunks: dst[at:at+len(ch)] = ch.to_numpy(zero_copy_only=False); at += len(ch)
 
+_arena = threading.local()
+def _pinned(nbytes:int)->Tensor:
+    "This thread's pinned host buffer of at least `nbytes` bytes, grown as needed: windows vary in size, and allocating pinned memory took ~30 ms a window"
+    if getattr(_arena, 'buf', None) is None or _arena.buf.numel() < nbytes: _arena.buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
+    return _arena.buf
+
 def _host_blocks(tbl, blocks:list, pin:bool)->list:
-    "For each (names, dtype) of `blocks`, those columns of pyarrow table `tbl` as one (columns, rows) tensor, pinned if `pin`: each column copied once, by a pool of threads"
-    outs = [torch.empty((len(ns), tbl.num_rows), dtype=dt, pin_memory=pin) for ns,dt in blocks]
+    "For each (names, dtype) of `blocks`, those columns of pyarrow table `tbl` as one (columns, rows) tensor, in this thread's pinned buffer if `pin` (free again once `_to_gpu` returns): each column copied once, by a pool of threads"
+    sizes = [len(ns)*tbl.num_rows*dt.itemsize for ns,dt in blocks]
+    if pin:
+        buf,at = _pinned(sum(-(-k//64)*64 for k in sizes)),np.cumsum([0]+[-(-k//64)*64 for k in sizes])
+        outs = [buf[a:a+k].view(dt).view(len(ns), tbl.num_rows) for a,k,(ns,dt) in zip(at, sizes, blocks)]
+    else: outs = [torch.empty((len(ns), tbl.num_rows), dtype=dt) for ns,dt in blocks]
     futs = [_copy_pool().submit(_copy_column, o.numpy()[i], tbl.column(nm)) for o,(ns,_) in zip(outs, blocks) for i,nm in enumerate(ns)]
     for f in futs: f.result()  # a (rows, columns) stack writes at the stride of a row: 8x slower at 39 columns
     return outs
@@ -376,7 +386,7 @@ def from_processed(cls:TabularDataLoaders,
     if not trn.src.ys: raise ValueError(
         f"{path}: the training rows have no target column (the procs name {trn.src.names['y_names'] or 'none'}): training needs one; "
         f"write the folder from a `TabularGPU` or `TabularDask` with `y_names` (a folder without targets is for `ParquetDataLoader` predictions)")
-    val = ParquetDataLoader(ProcessedSplit(path, 'valid'), bs=ifnone(val_bs, bs), mem_bytes=mem_bytes, seed=trn.seed, device=device,
+    val = ParquetDataLoader(ProcessedSplit(path, 'valid', trn.src.procs_names), bs=ifnone(val_bs, bs), mem_bytes=mem_bytes, seed=trn.seed, device=device,
                             dataset=trn.dataset, **kwargs)
     local = isinstance(path, Path) or '://' not in str(path)
     return cls(trn, val, path=path if local else '.', device=device)

@@ -247,8 +247,8 @@ def check_writable(to):
     for p in to.procs:
         if not isinstance(getattr(p, 'vocab', None), dict): continue
         for n,v in (*p.vocab.items(), *getattr(p, 'rare', {}).items()):
-            o = next((o for o in v if not isinstance(o, (str, int, float, bool))), None)
-            if o is not None: raise ValueError(f"categorical column {n!r} holds {type(o).__name__} values, which procs.json cannot "
+            t = next((t for t in set(map(type, v)) if not issubclass(t, (str, int, float, bool))), None)  # the types, in C: 9M ids in ~1 s
+            if t is not None: raise ValueError(f"categorical column {n!r} holds {t.__name__} values, which procs.json cannot "
                                                f"store: convert the column first, e.g. `df[{n!r}].astype(str)` (or `.dt.year` for dates)")
 
 def save_procs(to:TabularGPU, path, parquet_min:int=10_000):
@@ -275,7 +275,7 @@ _types = dict(Categorify=Categorify, FillMissing=FillMissing, Normalize=Normaliz
 def _check_saved(d, fn):
     "Raise a `ValueError` naming file `fn` and the key, where the contents `d` of a procs.json are not what `save_procs` writes"
     def bad(key, what): raise ValueError(f"{fn}: {key!r} {what}: the file is damaged or was not written by `save_procs`; save the procs again")
-    is_list = lambda o, t: isinstance(o, list) and all(isinstance(x, t) for x in o)
+    is_list = lambda o, t: isinstance(o, list) and all(issubclass(u, t) for u in set(map(type, o)))  # the types, in C
     is_map = lambda o, t: isinstance(o, dict) and all(isinstance(k, str) and isinstance(x, t) for k,x in o.items())
     scalar,num = (str, int, float, bool),(int, float)
     if not isinstance(d, dict): bad('(the whole file)', 'is not a JSON object')
