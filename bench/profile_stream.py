@@ -14,7 +14,7 @@ from fastai.tabular.all import CategoryBlock
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular, synth_criteo, CRITEO_SCHEMA
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-from fastai_gpu_tabular.stream import ParquetDataLoader, _host_blocks, _block_bytes, _chunk
+from fastai_gpu_tabular.stream import ParquetDataLoader, _host_blocks, _chunk
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=30_000_000)
@@ -61,9 +61,7 @@ for shape in a.shape:
             blk = lambda ns, dt: torch.from_numpy(np.stack([tbl.column(n).to_numpy().astype(dt, copy=False) for n in ns], 1))
             return [x.pin_memory().to('cuda', non_blocking=True) for x in (blk(names['cat_names'], np.int32), blk(names['cont_names'], np.float32))]
         steps['old_copy'].append(ms(old)[1])
-        bl = [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)]
-        buf = torch.empty(_block_bytes(tbl, bl), dtype=torch.uint8, pin_memory=True)
-        host, t = ms(lambda: _host_blocks(tbl, bl, buf))
+        host, t = ms(lambda: _host_blocks(tbl, [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)], True))
         steps['new_host'].append(t)
         steps['new_gpu'].append(ms(lambda: [x.to('cuda', non_blocking=True).T.contiguous() for x in host])[1])
         steps['load'].append(ms(lambda: dl.load(win, 0, 0))[1])  # the reading thread's whole work: decode and copy overlapped, the window's order

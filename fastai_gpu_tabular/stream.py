@@ -5,7 +5,6 @@
 # %% ../nbs/04c_stream.ipynb #76df0fc4
 from __future__ import annotations
 import functools, json, os, random, tempfile, threading
-from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
@@ -196,29 +195,27 @@ def _copy_column(dst, col):
     at = 0
     for ch in col.chunks: dst[at:at+len(ch)] = ch.to_numpy(zero_copy_only=False); at += len(ch)
 
-_free,_free_lock = [],threading.Lock()
-@contextmanager
-def _pinned(nbytes:int):
-    "A pinned host buffer of at least `nbytes` bytes for the block: one of the process's free ones, or a new one (1.25x); pinning took ~1 s a 500 MB, so a few are kept across windows, threads and epochs"
-    with _free_lock:
-        i = min((i for i,b in enumerate(_free) if len(b) >= nbytes), key=lambda i: len(_free[i]), default=None)
-        buf = _free.pop(i) if i is not None else None
-    if buf is None: buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
-    try: yield buf
-    finally:
-        with _free_lock: _free.append(buf); _free.sort(key=len); del _free[:-4]  # the 4 largest kept
+_arena = threading.local()
+def _pinned(nbytes:int)->Tensor:
+    "This thread's pinned host buffer of at least `nbytes` bytes, grown as needed: windows vary in size, and allocating pinned memory took ~30 ms a window"
+    if getattr(_arena, 'buf', None) is None or _arena.buf.numel() < nbytes: _arena.buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
+    return _arena.buf
 
-def _host_blocks(tbl, blocks:list, buf=None)->list:
-    "For each (names, dtype) of `blocks`, those columns of pyarrow table `tbl` as one (columns, rows) tensor, in pinned buffer `buf` if given: each column copied once, by a pool of threads"
-    sizes = [-(-len(ns)*tbl.num_rows*dt.itemsize//64)*64 for ns,dt in blocks]
-    at = np.cumsum([0]+sizes)
-    outs = [buf[a:a+len(ns)*tbl.num_rows*dt.itemsize].view(dt).view(len(ns), tbl.num_rows) if buf is not None else
-            torch.empty((len(ns), tbl.num_rows), dtype=dt) for a,(ns,dt) in zip(at, blocks)]
+def _host_blocks(tbl, blocks:list, pin:bool)->list:
+    "For each (names, dtype) of `blocks`, those columns of pyarrow table `tbl` as one (columns, rows) tensor, in this thread's pinned buffer if `pin` (free again once `_to_gpu` returns): each column copied once, by a pool of threads"
+    sizes = [len(ns)*tbl.num_rows*dt.itemsize for ns,dt in blocks]
+    if pin:
+        buf,at = _pinned(sum(-(-k//64)*64 for k in sizes)),np.cumsum([0]+[-(-k//64)*64 for k in sizes])
+        outs = [buf[a:a+k].view(dt).view(len(ns), tbl.num_rows) for a,k,(ns,dt) in zip(at, sizes, blocks)]
+    else: outs = [torch.empty((len(ns), tbl.num_rows), dtype=dt) for ns,dt in blocks]
     futs = [_copy_pool().submit(_copy_column, o.numpy()[i], tbl.column(nm)) for o,(ns,_) in zip(outs, blocks) for i,nm in enumerate(ns)]
     for f in futs: f.result()  # a (rows, columns) stack writes at the stride of a row: 8x slower at 39 columns
     return outs
 
-def _block_bytes(tbl, blocks:list)->int: return sum(-(-len(ns)*tbl.num_rows*dt.itemsize//64)*64 for ns,dt in blocks)
+def _pass_column(a):
+    "A pyarrow column of pass-through values as pandas: integers with nulls as pandas' nullable integers (not float64, which rounds ids above 2**53)"
+    import pyarrow as pa
+    return a.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_integer(t) else None)
 
 def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
@@ -229,18 +226,17 @@ def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
         t.mh = {m: tuple(torch.as_tensor(a).long() for a in list_values_offsets(frame[m])) for m in names['mh_names']}
         t.extras = [extra_tensor(frame[n]) for n in extra_names]
     else:
-        blocks,col = [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)],lambda n: frame.column(n).to_numpy()
-        with _pinned(_block_bytes(frame, blocks)) if device.type=='cuda' else nullcontext() as buf:  # free again once copied to the GPU
-            t.cats,t.conts = _host_blocks(frame, blocks, buf)
-            t.ys = torch.from_numpy(np.stack([col(y) for y in ys], 1)) if ys else None
-            t.mh = {}
-            for m in names['mh_names']:
-                a = frame.column(m).combine_chunks()
-                offs = a.offsets.to_numpy().astype(np.int64)
-                t.mh[m] = (torch.from_numpy(a.flatten().to_numpy().astype(np.int64)), torch.from_numpy(offs-offs[0]))
-            t.extras = [extra_tensor(_pass_column(frame.column(n))) for n in extra_names]
-            if device.type=='cuda': t = _to_gpu(t, device)
-            else: t.cats,t.conts = t.cats.T.contiguous(),t.conts.T.contiguous()
+        pin,col = device.type=='cuda',lambda n: frame.column(n).to_numpy()
+        t.cats,t.conts = _host_blocks(frame, [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)], pin)
+        t.ys = torch.from_numpy(np.stack([col(y) for y in ys], 1)) if ys else None
+        t.mh = {}
+        for m in names['mh_names']:
+            a = frame.column(m).combine_chunks()
+            offs = a.offsets.to_numpy().astype(np.int64)
+            t.mh[m] = (torch.from_numpy(a.flatten().to_numpy().astype(np.int64)), torch.from_numpy(offs-offs[0]))
+        t.extras = [extra_tensor(_pass_column(frame.column(n))) for n in extra_names]
+        if device.type=='cuda': t = _to_gpu(t, device)
+        else: t.cats,t.conts = t.cats.T.contiguous(),t.conts.T.contiguous()
     t.n,t.device = len(t.cats),torch.device(device)
     return t
 
