@@ -3,6 +3,7 @@ on 1 and on 2 workers, beside `TabularGPU` in memory (when the data fits) and pa
 
     python bench/bench_dask.py --rows 200000000                # GPUs: a LocalCUDACluster, dask_cudf partitions
     python bench/bench_dask.py --rows 2000000 --cpu            # the same table with a LocalCluster of pandas workers
+    python bench/bench_dask.py --shape criteo --rows 100000000 # Criteo-shaped rows (`synth_criteo`, ids capped at --cap)
 
 Every path starts from the same parquet files, written first (row groups of `--rg` rows), and ends with the processed
 folder written: `TabularGPU`/pandas read all rows into one process, the dask paths read and write partition by
@@ -20,6 +21,9 @@ def main():
     p.add_argument('--cpu', action='store_true', help='pandas workers on the CPU even where there are GPUs')
     p.add_argument('--workers', default='1,2')
     p.add_argument('--in-memory-max', type=int, default=100_000_000, help='run TabularGPU and pandas up to this many rows')
+    p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], help='`synth_movielens` or `synth_criteo` rows')
+    p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
+    p.add_argument('--name', default=None, help='results file (default: dask, dask_cpu, or dask_criteo(_cpu))')
     a = p.parse_args()
     import dask.dataframe as dd
     from distributed import Client
@@ -27,17 +31,20 @@ def main():
     from fastai_gpu_tabular.backend import gpu_available, read_frame
     from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
     from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-    from fastai_gpu_tabular.data import synth_movielens
+    from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
     from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
     warnings.simplefilter('ignore')
     gpu = gpu_available() and not a.cpu
     tmp = Path(tempfile.mkdtemp())
-    kw = dict(cat_names=['userId', 'movieId', 'hour'], cont_names=['days', 'year'], mh_names=['genres'], y_names='target',
-              y_block=CategoryBlock(), procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, seed=42))
+    cols = dict(CRITEO_SCHEMA) if a.shape == 'criteo' else dict(cat_names=['userId', 'movieId', 'hour'], cont_names=['days', 'year'],
+                                                              mh_names=['genres'], y_names='target')
+    kw = dict(**{k: list(v) if isinstance(v, tuple) else v for k, v in cols.items()}, y_block=CategoryBlock(),
+              procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, seed=42))
     # the input: parquet files written in chunks (so that 200M rows never need to be in memory at once)
     chunk, files = 10_000_000, []
     for i, s in enumerate(range(0, a.rows, chunk)):
-        df = synth_movielens(min(chunk, a.rows - s), seed=i, gpu=gpu)
+        n = min(chunk, a.rows - s)
+        df = synth_criteo(n, cap=a.cap, seed=i, gpu=gpu) if a.shape == 'criteo' else synth_movielens(n, seed=i, gpu=gpu)
         files.append(tmp/f'in.{i:04d}.parquet')
         df.to_parquet(files[-1], **({'row_group_size_rows': a.rg} if gpu else {'row_group_size': a.rg}))
         del df
@@ -67,8 +74,8 @@ def main():
         secs['pandas'] = timed('TabularGPU in memory (pandas)', lambda: mem(False))
     base = secs[min(k for k in secs if isinstance(k, int))]
     for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
-    report('dask' if gpu else 'dask_cpu', rows, ['path', 'seconds', 'rows_s', 'vs_1_worker'],
-           dict(bench='dask', n_rows=a.rows, row_group_rows=a.rg, gpu=gpu))
+    name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
+    report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker'], dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu))
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == '__main__': main()
