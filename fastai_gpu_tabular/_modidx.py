@@ -530,8 +530,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                            'fastai_gpu_tabular.stream._to_gpu': ('stream.html#_to_gpu', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.is_processed': ( 'stream.html#is_processed',
                                                                                        'fastai_gpu_tabular/stream.py'),
-                                           'fastai_gpu_tabular.stream.pa_is_integer': ( 'stream.html#pa_is_integer',
-                                                                                        'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.read_dataset_info': ( 'stream.html#read_dataset_info',
                                                                                             'fastai_gpu_tabular/stream.py')},
             'fastai_gpu_tabular.tabular': { 'fastai_gpu_tabular.tabular.RandomRowSplit': ( 'tabular.html#randomrowsplit',

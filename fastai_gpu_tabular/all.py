@@ -10,7 +10,8 @@ from fastai.tabular.all import *
 from .backend import gpu_available, is_cudf, to_backend, read_frame
 from .procs import Categorify, FillMissing, FillStrategy, Normalize, RARE, UNSEEN
 from .tabular import TabularGPU, save_procs, load_procs, random_splits, RandomRowSplit
-from .data import synth_movielens, synth_criteo, synth_tabular, movielens_sample, movielens_tabular, ML_SCHEMA, BENCH_SCHEMA, BENCH_MH, CRITEO_SCHEMA, CRITEO_CARDS
+from .data import synth_movielens, synth_criteo, synth_tabular, movielens_sample, movielens_tabular
+from .data import ML_SCHEMA, BENCH_SCHEMA, BENCH_MH, CRITEO_SCHEMA, CRITEO_CARDS
 from .loader import BatchDataLoader, share_gpu_memory
 from .recorder import DeviceRecorder, CheckNoSync
 from .model import FastTabularModel, TabularModelMH

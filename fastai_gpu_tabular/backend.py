@@ -64,13 +64,14 @@ def parquet_files(path)->list|None:
     return sorted(glob.glob(p)) if glob.has_magic(p) else None
 
 def read_frame(path, gpu:bool|None=None):
-    "The .parquet or .csv file `path`, or the parquet files of a folder or glob, read by cuDF if `gpu` (default: when `gpu_available()`), else by pandas"
+    "The .parquet or .csv file `path`, or the parquet files of a folder or glob, read by cuDF if `gpu` (default: if available), else pandas"
     lib = importlib.import_module('cudf') if ifnone(gpu, gpu_available()) else pd
     if (files := parquet_files(path)) is not None:
         if not files: raise FileNotFoundError(f"{str(path)!r}: no .parquet files there")
         return lib.read_parquet(files) if lib is not pd else pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     p = Path(path)
-    if p.suffix not in ('.parquet', '.csv'): raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file, nor a folder or glob of parquet files")
+    if p.suffix not in ('.parquet', '.csv'):
+        raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file, nor a folder or glob of parquet files")
     return (lib.read_parquet if p.suffix=='.parquet' else lib.read_csv)(p)
 
 def write_parquet(df, path, row_group_rows:int=131_072):
@@ -129,7 +130,7 @@ def exact_types(types:dict, exact:dict)->dict:
     return {c: t for c,t in types.items() if exact.get(c, True) or pd.api.types.pandas_dtype(t).kind != 'f'}
 
 def shrink(df, skip=(), exact=()):
-    "`df` with each numeric column cast to the smallest type that holds it, as fastai's `df_shrink` (one pass of min/max); a float column in `exact` only if no value changes"
+    "`df`'s numeric columns cast to the smallest type holding them (fastai's `df_shrink`, one min/max pass); `exact` floats only losslessly"
     cols = [c for c in df.columns if c not in skip and df[c].dtype.kind in 'iuf']
     if not cols or not len(df): return df
     lo,hi = to_pandas(df[cols].min()),to_pandas(df[cols].max())

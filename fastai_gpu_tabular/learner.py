@@ -63,7 +63,8 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
 def before_fit(self:LRFinder):
     "fastai's, with the model's and optimizer's state kept in host memory instead of written to a file"
     ParamScheduler.before_fit(self)
-    self.saved = ({k: v.detach().to('cpu', copy=True) for k,v in self.learn.model.state_dict().items()}, deepcopy(self.learn.opt.state_dict()))
+    self.saved = ({k: v.detach().to('cpu', copy=True) for k,v in self.learn.model.state_dict().items()},
+                  deepcopy(self.learn.opt.state_dict()))
     self.best_loss = float('inf')
 
 @patch

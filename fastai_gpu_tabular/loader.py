@@ -28,7 +28,7 @@ def col_tensor(s)->Tensor:
 MISSING_ID = -2**63  # a missing integer id in a pass-through column (the smallest int64, which no real id is)
 
 def extra_tensor(s)->Tensor:
-    "Pass-through column `s` (a group id, a gain) as a tensor, exactly: integers int64 (missing: `MISSING_ID`), floats at their width (NaN one group), anything else hashed to int64"
+    "Pass-through column `s` (group id, gain) as an exact tensor: ints int64 (missing: `MISSING_ID`), floats at their width, others hashed"
     kind = getattr(s.dtype, 'kind', 'O')
     if kind in 'iubf':
         s = s.astype('float64' if s.dtype.itemsize > 4 else 'float32') if kind == 'f' else s.fillna(MISSING_ID).astype('int64')

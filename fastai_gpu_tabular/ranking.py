@@ -51,10 +51,10 @@ def _mean(score:Tensor, counted:Tensor, r, empty_as_zero:bool)->Tensor:
     return torch.where(n > 0, torch.where(counted, score, 0.).sum() / n.clamp(min=1), torch.nan)
 
 def group_keys(groups)->Tensor:
-    "Group ids as int64 keys, equal exactly where the ids are: integers as they are, floats by their bits (every NaN one group), strings and other objects factorised"
+    "Group ids as int64 keys, equal where the ids are: integers as they are, floats by their bits (every NaN one group), objects factorised"
     if not isinstance(groups, Tensor):
         a = np.asarray(groups)
-        if a.dtype.kind not in 'biuf': a = pd.factorize(a.reshape(-1) if a.ndim == 2 and a.shape[1:] == (1,) else a, use_na_sentinel=False)[0]
+        if a.dtype.kind not in 'biuf': a = pd.factorize(a.ravel(), use_na_sentinel=False)[0].reshape(a.shape)
         groups = torch.as_tensor(a)
     if not groups.is_floating_point(): return groups.long()
     g = torch.where(groups.isnan(), torch.nan, groups) + 0.  # one NaN, and -0.0 as 0.0
@@ -68,10 +68,10 @@ def _flat(x, arg:str, name:str)->Tensor:
     return x
 
 def ranking_inputs(preds, targs, groups, name:str)->tuple[Tensor,Tensor,Tensor]:
-    "`preds`, `targs` and `groups` of metric `name` checked (one entry a row, 1-D or (n, 1)) and as tensors on `preds`' device, groups as `group_keys`"
+    "`preds`, `targs`, `groups` (None: one group) of metric `name`, checked (one entry a row, 1-D or (n, 1)), as tensors on `preds`' device"
     preds = _flat(preds, 'preds', name)
-    if isinstance(groups, Tensor) or np.asarray(groups).dtype.kind in 'biuf': groups = _flat(groups, 'groups', name)
-    targs,groups = _flat(targs, 'targs', name).to(preds.device),group_keys(groups).view(-1).to(preds.device)
+    if groups is None: groups = torch.zeros(len(preds), dtype=torch.long, device=preds.device)
+    targs,groups = _flat(targs, 'targs', name).to(preds.device),_flat(group_keys(groups), 'groups', name).to(preds.device)
     if not len(preds) == len(targs) == len(groups): raise ValueError(
         f"`{name}`: `preds`, `targs` and `groups` must have one entry a row, not {len(preds):,}, {len(targs):,} and {len(groups):,}")
     return preds,targs,groups
@@ -89,7 +89,7 @@ def recall_at_k(
     k:int, # Cutoff
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups (NaN over none, or if a score or target is NaN) of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"
+    "Mean over groups of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"
     if k < 1: raise ValueError(f"`k` must be at least 1, not {k}")
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'recall_at_k')
     r = ranked(preds, groups)
@@ -104,7 +104,7 @@ def mrr(
     preds:Tensor, targs:Tensor, groups:Tensor, # As in `recall_at_k`
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups (NaN over none, or if a score or target is NaN) of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the first block holding positives has `p` of them among `t` rows from rank `s` (1-based), E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"
+    "Mean over groups of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the first block holding positives has `p` of them among `t` rows from rank `s` (1-based), E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'mrr')
     r = ranked(preds, groups)
     pos,n = targs[r.o] > 0,len(r.o)
@@ -122,7 +122,7 @@ def ndcg_at_k(
     k:int, # Cutoff
     empty_as_zero:bool=False, # Count the groups whose gains are all 0 as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups (NaN over none, or if a score or target is NaN) of DCG@`k` / ideal DCG@`k`, tied scores averaged over their orderings as sklearn's `ndcg_score` does"
+    "Mean over groups of DCG@`k` / ideal DCG@`k`, tied scores averaged over their orderings as sklearn's `ndcg_score` does"
     if k < 1: raise ValueError(f"`k` must be at least 1, not {k}")
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'ndcg_at_k')
     r = ranked(preds, groups)
@@ -142,9 +142,8 @@ def roc_auc(
     groups:Tensor|None=None, # Query, user or session id of each row: the mean of the groups' AUCs (default: one AUC of all rows)
     empty_as_zero:bool=False, # Count the groups with only positives or only negatives as 0 (default: leave them out)
 )->Tensor:
-    "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes, or if a score or target is NaN"
-    preds = _flat(preds, 'preds', 'roc_auc')
-    preds,targs,groups = ranking_inputs(preds, targs, torch.zeros(len(preds), dtype=torch.long, device=preds.device) if groups is None else groups, 'roc_auc')
+    "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes"
+    preds,targs,groups = ranking_inputs(preds, targs, groups, 'roc_auc')
     r = ranked(preds, groups)
     pos = targs[r.o] > 0
     neg,b0 = (~pos).double(),torch.arange(len(pos), device=pos.device) - r.slot  # b0: where the row's tie block starts

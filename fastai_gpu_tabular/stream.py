@@ -16,7 +16,7 @@ from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['read_dataset_info', 'is_processed', 'pa_is_integer', 'ProcessedSplit', 'ParquetDataLoader']
+__all__ = ['read_dataset_info', 'is_processed', 'ProcessedSplit', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -59,13 +59,8 @@ def _naming(fn:str, row_groups):
     except Exception as e: raise ValueError(f"{fn}: cannot read row groups {row_groups} ({type(e).__name__}: {e}): the file is damaged; "
                                             f"write the folder again (`to_parquet`, `fgt-prep`)") from e
 
-def pa_is_integer(t)->bool:
-    "Whether arrow type `t` is an integer type"
-    import pyarrow as pa
-    return pa.types.is_integer(t)
-
 def _column_stats(md, columns:list)->dict:
-    "{column: (min, max, nulls, all-NaN row groups)} of `columns` over the row groups of parquet metadata `md`; a column some row group has no statistics for is left out"
+    "{column: (min, max, nulls, all-NaN row groups)} of `columns` over the row groups of parquet metadata `md` (those with statistics)"
     res,at = {},{md.schema.column(k).path.split('.')[0]: k for k in range(md.num_columns)}
     for n in columns:
         sts = [md.row_group(j).column(at[n]).statistics for j in range(md.num_row_groups)] if n in at else [None]
@@ -117,13 +112,13 @@ class ProcessedSplit:
         if ref is None: self.ys,self.columns = [],[]
 
     def check_values(self, classes:dict, y_vocab:list|None=None):
-        "Raise, naming the file and column, where the part files' statistics show a code outside its vocabulary (`classes`, `y_vocab` for a category target), a missing or infinite continuous value or target, or a target of the wrong type"
+        "Raise, naming file and column, where footers show codes outside `classes` (`y_vocab`: the target's), NaN, inf, or float classes"
+        import pyarrow as pa
         fix = "the part files and procs/ do not come from one write: write the folder again (`to_parquet`, `fgt-prep`)"
         for y in self.ys:
-            is_int = pa_is_integer(self.schema.field(y).type)
-            if y_vocab is not None and not is_int: raise ValueError(
-                f"{self.path}: target {y!r} is {self.schema.field(y).type}, but the saved procs classify it (`Categorize`): its values must be "
-                f"the classes' integer codes; {fix}")
+            if y_vocab is not None and not pa.types.is_integer(self.schema.field(y).type): raise ValueError(
+                f"{self.path}: target {y!r} is {self.schema.field(y).type}, but the saved procs classify it (`Categorize`): "
+                f"its values must be the classes' integer codes; {fix}")
         vocab = {**{n: len(classes[n]) for n in self.names['cat_names'] + self.names['mh_names'] if n in classes},
                  **({y: len(y_vocab) for y in self.ys} if y_vocab is not None else {})}
         for f,cols in self.stats.items():
@@ -131,7 +126,8 @@ class ProcessedSplit:
                 if n in vocab and lo is not None and (lo < 0 or hi >= vocab[n]): raise ValueError(
                     f"{f}: column {n!r} holds codes from {lo} to {hi}, but its vocabulary in the saved procs has {vocab[n]} entries "
                     f"(codes 0 to {vocab[n]-1}); {fix}")
-                if n in self.names['cont_names'] + (self.ys if y_vocab is None else []) and (nulls or nan or not np.isfinite([lo or 0, hi or 0]).all()):
+                finite = not (nulls or nan) and np.isfinite([lo or 0, hi or 0]).all()
+                if n in self.names['cont_names'] + (self.ys if y_vocab is None else []) and not finite:
                     raise ValueError(f"{f}: {'target' if n in self.ys else 'continuous column'} {n!r} has missing or infinite values "
                                      f"({nulls:,} missing, {nan} row groups all NaN, range {lo} to {hi}): training would give NaN losses; "
                                      f"process it with `FillMissing` (continuous columns) or drop those rows, then write the folder again")
@@ -156,13 +152,14 @@ class ProcessedSplit:
         def _one(i, rgs):
             with _naming(self.files[i], rgs):
                 if not local:
-                    with self.fs.open(self.files[i], 'rb') as fh: return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
+                    with self.fs.open(self.files[i], 'rb') as fh:
+                        return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
                 return self._local_file(i).read_row_groups(rgs, columns=self.columns+list(extra_names))
         tbl = pa.concat_tables([_one(i, rgs) for i,rgs in by_file.items()])
         return _chunk(tbl, self.names, self.ys, device, extra_names)
 
     def _local_file(self, i:int):
-        "Part file `i` opened by pyarrow (its own reads, not Python's file object; its footer parsed once), one per reading thread; not memory-mapped, which would count every page read in the process's memory"
+        "Part file `i` opened by pyarrow (its own reads, the footer parsed once), one per reading thread; not mmap-ed (pages count as RSS)"
         cache = self.__dict__.setdefault('_open', threading.local()).__dict__
         if i not in cache:
             import pyarrow.parquet as pq
@@ -179,7 +176,7 @@ class ProcessedSplit:
 
 # %% ../nbs/04c_stream.ipynb #4ef99ebc
 def _to_gpu(t:TabTensors, device)->TabTensors:
-    "Host tensors `t` (`cats` and `conts` as (columns, rows)) on `device`: copied from pinned memory on a side stream that only this (reading) thread waits for, then turned to (rows, columns) there"
+    "Host tensors `t` (`cats`, `conts` as (columns, rows)) copied to `device` on a side stream this thread waits for, there (rows, columns)"
     side,main = torch.cuda.Stream(device),torch.cuda.default_stream(device)
     with torch.cuda.stream(side):
         res = t.apply(lambda x: x.pin_memory().to(device, non_blocking=True))
@@ -197,12 +194,13 @@ def _copy_column(dst, col):
 
 _arena = threading.local()
 def _pinned(nbytes:int)->Tensor:
-    "This thread's pinned host buffer of at least `nbytes` bytes, grown as needed: windows vary in size, and allocating pinned memory took ~30 ms a window"
-    if getattr(_arena, 'buf', None) is None or _arena.buf.numel() < nbytes: _arena.buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
+    "This thread's pinned host buffer of at least `nbytes` bytes, grown as needed (pinning memory for every window took ~30 ms a window)"
+    if getattr(_arena, 'buf', None) is None or _arena.buf.numel() < nbytes:
+        _arena.buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
     return _arena.buf
 
 def _host_blocks(tbl, blocks:list, pin:bool)->list:
-    "For each (names, dtype) of `blocks`, those columns of pyarrow table `tbl` as one (columns, rows) tensor, in this thread's pinned buffer if `pin` (free again once `_to_gpu` returns): each column copied once, by a pool of threads"
+    "Each (names, dtype) of `blocks`: those columns of `tbl` as a (columns, rows) tensor (`_pinned` if `pin`), a column a thread"
     sizes = [len(ns)*tbl.num_rows*dt.itemsize for ns,dt in blocks]
     if pin:
         buf,at = _pinned(sum(-(-k//64)*64 for k in sizes)),np.cumsum([0]+[-(-k//64)*64 for k in sizes])
@@ -213,7 +211,7 @@ def _host_blocks(tbl, blocks:list, pin:bool)->list:
     return outs
 
 def _pass_column(a):
-    "A pyarrow column of pass-through values as pandas: integers with nulls as pandas' nullable integers (not float64, which rounds ids above 2**53)"
+    "A pyarrow column of pass-through values as pandas, integers with nulls as nullable integers (float64 would round ids above 2**53)"
     import pyarrow as pa
     return a.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_integer(t) else None)
 
@@ -272,7 +270,7 @@ class ParquetDataLoader(BatchDataLoader):
         self.window_bytes()
 
     def window_bytes(self)->int:
-        "Bytes of the row groups one window reads: a share of `mem_bytes`, once two batches are set aside, for the window in use and the `prefetch` read ahead"
+        "Bytes of the row groups a window reads: `mem_bytes` less two batches, shared by the window in use and the `prefetch` read ahead"
         mem,k = self.mem_bytes or device_bytes_free(self.device or 'cpu')//4,self.prefetch+1
         if not len(self.src.groups): return mem
         per_row = int((self.src.nbytes/np.maximum(self.src.rows, 1)).max())+1
@@ -313,7 +311,8 @@ class ParquetDataLoader(BatchDataLoader):
         "Window `win` (number `k` of `epoch`) read as one chunk, and its rows' positions in the chunk in this epoch's order"
         gs = sorted({g for g,_,_ in win})
         gen = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, k)) % 2**63)
-        perm = _copy_pool().submit(torch.randperm, sum(hi-lo for _,lo,hi in win), generator=gen) if self.shuffle else None  # beside the read
+        n = sum(hi-lo for _,lo,hi in win)
+        perm = _copy_pool().submit(torch.randperm, n, generator=gen) if self.shuffle else None  # drawn beside the read
         t = self.src.read(gs, self.device, self.reader, self.extra_names)
         at = dict(zip(gs, np.cumsum([0]+[int(self.src.rows[g]) for g in gs])))
         idx = torch.cat([torch.arange(at[g]+lo, at[g]+hi) for g,lo,hi in win])
@@ -385,8 +384,9 @@ def from_processed(cls:TabularDataLoaders,
     trn = ParquetDataLoader(path, bs=bs, shuffle=shuffle, drop_last=shuffle, mem_bytes=mem_bytes, seed=seed, device=device, **kwargs)
     if not trn.src.ys: raise ValueError(
         f"{path}: the training rows have no target column (the procs name {trn.src.names['y_names'] or 'none'}): training needs one; "
-        f"write the folder from a `TabularGPU` or `TabularDask` with `y_names` (a folder without targets is for `ParquetDataLoader` predictions)")
-    val = ParquetDataLoader(ProcessedSplit(path, 'valid', trn.src.procs_names), bs=ifnone(val_bs, bs), mem_bytes=mem_bytes, seed=trn.seed, device=device,
+        f"write the folder from a `TabularGPU` or `TabularDask` with `y_names` (one without serves `ParquetDataLoader` predictions)")
+    val = ParquetDataLoader(ProcessedSplit(path, 'valid', trn.src.procs_names), bs=ifnone(val_bs, bs), mem_bytes=mem_bytes, seed=trn.seed,
+                            device=device,
                             dataset=trn.dataset, **kwargs)
     local = isinstance(path, Path) or '://' not in str(path)
     return cls(trn, val, path=path if local else '.', device=device)

@@ -80,7 +80,7 @@ def clean_conts(df, cont_names):
     return df
 
 def exact_floats(columns, cont_names, y_names)->list:
-    "The `columns` whose floats `shrink` narrows only without loss: all but the continuous ones and the targets (fastai narrows those), so ids stay exact"
+    "The `columns` whose floats `shrink` narrows only without loss: all but the continuous ones and targets (as fastai), so ids stay exact"
     lossy = set(L(cont_names)) | set(L(y_names))
     return [c for c in columns if c not in lossy]
 
@@ -333,7 +333,8 @@ def processed_frame(df, names:dict, pass_names=()):
     "The columns of processed `df` as the processed format stores them: codes int32, continuous float32, lists, targets, pass-through"
     ys = [y for y in names['y_names'] if y in df.columns]
     out = df[list(names['cat_names']) + list(names['mh_names']) + list(names['cont_names']) + ys + list(pass_names)]
-    return nans_to_nulls(out.astype({**{n: 'int32' for n in names['cat_names']}, **{n: 'float32' for n in names['cont_names']}}))  # nulls: counted in the statistics
+    out = out.astype({**{n: 'int32' for n in names['cat_names']}, **{n: 'float32' for n in names['cont_names']}})
+    return nans_to_nulls(out)  # NaN as nulls, which the parquet statistics count
 
 def write_part(df, folder, i:int, row_group_rows:int)->dict|None:
     "Write processed rows `df` as part file `i` of `folder` (nothing for no rows): {file, rows}"
@@ -361,21 +362,23 @@ def _writer_gone(tmp:Path)->bool|None:
     return False
 
 def check_destination(path:Path, overwrite:bool):
-    "Raise before anything is written when `path` is a file, or a folder that `overwrite` may not replace (only a processed or an empty one)"
+    "Raise before anything is written where `path` is a file, or a folder `overwrite` may not replace (only a processed or empty one)"
     if not path.exists(): return
     if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a folder: pass another `path` (nothing was written)")
     if not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` to replace it")
     if not (path/'dataset.json').exists() and (held := sorted(o.name for o in path.iterdir())):
-        raise FileExistsError(f"{path} is not a processed folder (no dataset.json) and holds {', '.join(held[:5])}" + (' ...' if len(held) > 5 else '') +
-                              ": `overwrite=True` replaces only a processed folder or an empty one; pass another `path`, or remove it yourself")
+        raise FileExistsError(f"{path} is not a processed folder (no dataset.json) and holds {', '.join(held[:5])}"
+                              + (' ...' if len(held) > 5 else '')
+                              + ": `overwrite=True` replaces only a processed or empty folder; pass another `path`, or remove it yourself")
 
 @contextmanager
 def building(path, overwrite:bool=False):
-    "A temporary folder beside `path`, renamed to `path` when the block succeeds and removed when it fails: no half-written output, nothing but a processed folder replaced"
+    "A temporary folder beside `path`, renamed to `path` if the block succeeds, else removed: no half-written output, no raw folder lost"
     path = Path(path)
     check_destination(path, overwrite)
     for old in sorted(path.parent.glob(f'.{path.name}.tmp-*')):
-        if (gone := _writer_gone(old)) is None: warnings.warn(f"{old}: an unfinished write to {path} from another host, left as it is"); continue
+        if (gone := _writer_gone(old)) is None:
+            warnings.warn(f"{old}: an unfinished write to {path} from another host, left as it is"); continue
         if gone:
             shutil.rmtree(old, ignore_errors=True)
             warnings.warn(f"removed {old}: the temporary folder of an earlier write to {path} whose process ended before it finished")

