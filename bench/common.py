@@ -54,3 +54,12 @@ def learner_rate(learn, bs, rows, repeats=5, warm=3, lr=1e-3):
     for _ in range(repeats):
         cb = Timed(n); learn.fit(1, lr, cbs=cb); ts.append(cb.t)
     return n * bs / statistics.median(ts), ts
+
+CACHES = dict(cupy='CUPY_CACHE_DIR', triton='TRITON_CACHE_DIR', numba='NUMBA_CACHE_DIR', jitify='LIBCUDF_KERNEL_CACHE_PATH',
+              driver='CUDA_CACHE_PATH', inductor='TORCHINDUCTOR_CACHE_DIR')
+
+def cache_env(root, **kw):
+    "This environment with every kernel cache (cupy, Triton, numba, libcudf's jitify, the driver's PTX cache; HOME too) under `root`"
+    env = dict(os.environ, HOME=str(root), XDG_CACHE_HOME=f'{root}/xdg', **kw)
+    env.update({v: f'{root}/{k}' for k, v in CACHES.items()})
+    return env

@@ -13,9 +13,9 @@ from fastcore.foundation import L
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
            'read_frame', 'write_parquet', 'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows',
-           'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'value_key', 'sorted_uniques', 'cat_codes',
-           'as_kind', 'value_counts', 'first_mode', 'explode_rows', 'list_column', 'is_list_column', 'list_total',
-           'list_values_offsets']
+           'concat_positions', 'standardize', 'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor',
+           'like_series', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode',
+           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -105,6 +105,18 @@ def take_rows(df, idxs):
     "Rows of `df` at positions `idxs`, gathered on `df`'s device, index reset"
     return df.take(as_index_array(idxs, df)).reset_index(drop=True)
 
+def concat_positions(arrays:list, like):
+    "Row positions `arrays` (from `as_index_array`) as one array on `like`'s device"
+    if not is_cudf(like): return np.concatenate(arrays)
+    import torch, cupy
+    return cupy.from_dlpack(torch.cat([device_tensor(a) for a in arrays]))
+
+def standardize(s, mean:float, std:float):
+    "(`s` - `mean`) / `std` computed in float64, as float32, missing values kept"
+    if not is_cudf(s) or s.has_nulls or s.dtype.kind not in 'biuf' or _torch_type(s.dtype) is None:
+        return ((s.astype('float64') - mean) / std).astype('float32')
+    return like_series(((device_tensor(s.astype(_torch_type(s.dtype))).double() - mean) / std).float(), s)
+
 # %% ../nbs/00_backend.ipynb #7a044ed0
 def shrink_types(dtypes:dict, lo:dict, hi:dict)->dict:
     "The smallest type of each numeric column of `dtypes` holding its range [`lo`, `hi`], where it differs from its type"
@@ -140,15 +152,40 @@ def shrink(df, skip=(), exact=()):
 # %% ../nbs/00_backend.ipynb #d99e043a
 def _gpu_numeric(s)->bool: return is_cudf(s) and s.dtype.kind in 'biuf'
 
+def _torch_type(dt):
+    "A type torch's kernels take that holds every value of numeric type `dt`: `dt`, int8 for bool, int64 for uint16/32; None for uint64"
+    dt = np.dtype(dt)
+    if dt.kind == 'b': return np.dtype('int8')
+    return dt if dt.kind != 'u' or dt.itemsize == 1 else np.dtype('int64') if dt.itemsize < 8 else None
+
+def _search_type(a, b):
+    "The type to compare values of types `a` and `b` in, exactly (no 64-bit integer through float64), or None"
+    dt = _torch_type(np.result_type(a, b))
+    exact = dt is not None and (dt.kind != 'f' or all(np.dtype(t).kind == 'f' or np.dtype(t).itemsize < 8 for t in (a, b)))
+    return dt if exact else None
+
+def device_tensor(a):
+    "Cupy array or cuDF series `a` (no missing values) as a torch tensor on its device, sharing its memory (through DLPack)"
+    import torch
+    return torch.from_dlpack(a.values if is_cudf(a) else a)
+
+def like_series(t, like):
+    "Tensor `t` as a series with `like`'s backend, index and name (no copy on the GPU)"
+    if not is_cudf(like): return pd.Series(t.numpy(), index=like.index, name=like.name)
+    import cupy
+    return df_lib(like).Series(cupy.from_dlpack(t), index=like.index, name=like.name)
+
 def value_key(vals):
     "Sort key for host values `vals`: the value itself, or (is a string, value) when numbers and strings mix"
     return (lambda v: v) if len({isinstance(v, str) for v in vals}) < 2 else (lambda v: (isinstance(v, str), v))
 
 def sorted_uniques(s)->list:
     "Sorted distinct non-missing values of `s`, as a host list (sorted on `s`'s device; numbers before strings if mixed)"
-    if _gpu_numeric(s):
-        import cupy
-        return cupy.unique(s.dropna().values).get().tolist()
+    if _gpu_numeric(s) and _torch_type(s.dtype):
+        import torch
+        t = device_tensor(s.dropna().astype(_torch_type(s.dtype)))
+        u = torch.unique(t[~t.isnan()] if t.is_floating_point() else t).tolist()
+        return [bool(o) for o in u] if s.dtype.kind == 'b' else u
     u = s.dropna().drop_duplicates()
     try: return host_list(u.sort_values())
     except TypeError: u = host_list(u); return sorted(u, key=value_key(u))
@@ -162,12 +199,12 @@ def _sorted_array(cats):
 
 def cat_codes(s, cats:list):
     "int64 position of each value of `s` in `cats`; -1 where missing or not in `cats`"
-    if _gpu_numeric(s) and len(cats) and (a := _sorted_array(cats)) is not None:
-        import cupy
-        c,na = cupy.asarray(a),s.isna().values
-        v = (s.fillna(a[0]) if s.has_nulls else s).values
-        i = cupy.searchsorted(c, v).clip(0, len(c)-1)
-        return df_lib(s).Series(cupy.where((c[i]==v) & ~na, i, -1).astype(np.int64), index=s.index, name=s.name)
+    if _gpu_numeric(s) and len(cats) and (a := _sorted_array(cats)) is not None and (dt := _search_type(a.dtype, s.dtype)):
+        import torch
+        v = device_tensor((s.fillna(a[0]) if s.has_nulls else s).astype(dt))
+        c = torch.as_tensor(a.astype(dt), device=v.device)
+        i = torch.searchsorted(c, v).clamp_(max=len(c)-1)
+        return like_series(torch.where((c[i]==v) & ~device_tensor(s.isna()), i, -1), s)
     if is_cudf(s): return s.astype(df_lib(s).CategoricalDtype(categories=cats)).cat.codes.fillna(-1).astype('int64')
     return pd.Series(pd.Index(cats).get_indexer(s), index=s.index, name=s.name, dtype='int64')
 

@@ -10,7 +10,6 @@ from fastai.data.core import TfmdDL
 from fastai.tabular.core import ReadTabBatch
 from fastai.tabular.data import TabularDataLoaders
 from .backend import *
-from .tabular import *
 from .comm import rank_world, shared_seed
 from fastai.data.transforms import Categorize
 from fastai.callback.core import Callback
@@ -320,43 +319,3 @@ class SplitExtras(Callback):
         self.learn.extras = None
         if getattr(self.dl, 'extra_names', None) and self.yb and isinstance(self.yb[-1], tuple):
             self.learn.extras,self.learn.yb = self.yb[-1],self.yb[:-1]
-
-# %% ../nbs/04_loader.ipynb #ace9e534
-@patch(cls_method=True)
-@delegates(BatchDataLoader.__init__)
-def from_gpu_df(cls:TabularDataLoaders,
-    df, # cuDF or pandas DataFrame
-    path='.', # Where to save models
-    procs=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]`
-    cat_names=None, cont_names=None, y_names=None, # Column names, as in fastai
-    y_block=None, # `CategoryBlock()` or `RegressionBlock()`; guessed by default
-    valid_idx=None, # Validation row positions; a random 20% by default
-    mh_names=None, # Multi-hot columns
-    valid_pct:float=0.2, seed:int|None=None, # Random split when `valid_idx` is None
-    **kwargs
-):
-    "`DataLoaders` of `BatchDataLoader`s from `df`, processed on its backend"
-    if valid_idx is None: splits = random_splits(len(df), valid_pct, ifnone(seed, 42))
-    else: splits = (np.setdiff1d(np.arange(len(df)), np.asarray(valid_idx)), np.asarray(valid_idx))
-    to = TabularGPU(df, procs, cat_names, cont_names, y_names, y_block=y_block, splits=splits, mh_names=mh_names)
-    return to.dataloaders(path=path, seed=seed, **kwargs)
-
-@patch(cls_method=True)
-@delegates(TabularDataLoaders.from_gpu_df)
-def from_gpu_csv(cls:TabularDataLoaders,
-    csv, # A .csv file, read by cuDF on a GPU machine (pandas elsewhere); fastai's `from_csv` reads it with pandas
-    gpu:bool|None=None, # Read with cuDF (default: when a GPU and cuDF are there)
-    **kwargs
-):
-    "fastai's `from_csv` on the GPU: `DataLoaders` of `BatchDataLoader`s from a CSV file, processed on its backend"
-    return cls.from_gpu_df(read_frame(csv, gpu), **kwargs)
-
-@patch(cls_method=True)
-@delegates(TabularDataLoaders.from_gpu_df)
-def from_gpu_parquet(cls:TabularDataLoaders,
-    path_or_file, # A .parquet file, read by cuDF on a GPU machine (pandas elsewhere)
-    gpu:bool|None=None, # Read with cuDF (default: when a GPU and cuDF are there)
-    **kwargs
-):
-    "`DataLoaders` of `BatchDataLoader`s from a parquet file, processed on its backend (fastai has no `from_parquet`)"
-    return cls.from_gpu_df(read_frame(path_or_file, gpu), **kwargs)

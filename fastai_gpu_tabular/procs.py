@@ -209,7 +209,7 @@ class Normalize(_FaiNormalize):
         return self(to)
 
     def encodes(self, to:Tabular):
-        for n in to.cont_names: to.items[n] = ((to.items[n].astype('float64')-self.means[n]) / self.stds[n]).astype('float32')
+        for n in to.cont_names: to.items[n] = standardize(to.items[n], self.means[n], self.stds[n])
         return to
 
     def decodes(self, to:Tabular):

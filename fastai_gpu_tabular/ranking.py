@@ -9,13 +9,15 @@ import torch
 from torch import Tensor
 import numpy as np, pandas as pd
 from fastcore.basics import store_attr, patch
+from functools import partial
 from fastai.learner import Learner, Metric
+import fastai.metrics as _fai_metrics
 from fastai.callback.core import Callback
 from .comm import distributed, gather_rows
 
 # %% auto #0
 __all__ = ['ranked', 'group_keys', 'ranking_inputs', 'recall_at_k', 'mrr', 'ndcg_at_k', 'roc_auc', 'RankingMetric', 'MRR',
-           'NDCGAt', 'RecallAt', 'RocAuc', 'GroupAuc']
+           'NDCGAt', 'RecallAt', 'RocAucBinary', 'GroupAuc']
 
 # %% ../nbs/05a_ranking.ipynb #15463b51
 def _runs(*keys:Tensor)->Tensor:
@@ -162,9 +164,16 @@ def _score(pred:Tensor)->Tensor:
     if pred.ndim == 1 or pred.shape[1] == 1: return pred.view(-1).float()
     raise ValueError(f"ranking metrics need one score a row: a binary classifier or a regression, not {pred.shape[1]} outputs")
 
+def _softmax_last(pred:Tensor, axis:int=-1)->Tensor:
+    "fastai's `RocAucBinary` score: the softmax of `pred` over `axis`, its last column"
+    return torch.softmax(pred.float(), dim=axis)[:, -1]
+
 class RankingMetric(Metric):
     "A per-group ranking metric `func` over the validation set, from the group (and gain) pass-through columns of the batches"
-    def __init__(self, func, name:str, group:str|None=None, gain:str|None=None, **kwargs): store_attr('func,group,gain,kwargs'); self._name = name
+    def __init__(self, func, name:str, group:str|None=None, gain:str|None=None,
+                 score=_score, # Each row's score from the predictions (default: the logit margin of a binary classifier)
+                 **kwargs):
+        store_attr('func,group,gain,score,kwargs'); self._name = name
     @property
     def name(self): return self._name
     def reset(self): self.parts = []
@@ -177,7 +186,7 @@ class RankingMetric(Metric):
     def accumulate(self, learn):
         targ = self._col(learn, self.gain) if self.gain else learn.yb[0].view(-1)
         g = self._col(learn, self.group).detach() if self.group is not False else torch.zeros_like(targ, dtype=torch.long)  # False: one group
-        self.parts.append((_score(learn.pred.detach()), targ.detach(), g))
+        self.parts.append((self.score(learn.pred.detach()), targ.detach(), g))
     @property
     def value(self):
         "The metric over every row once (every rank's rows, in several processes)"
@@ -198,9 +207,19 @@ def RecallAt(k:int, group:str|None=None, gain:str|None=None, empty_as_zero:bool=
     "fastai metric: `recall_at_k` by `group`, relevance from the target or `gain`"
     return RankingMetric(recall_at_k, f'recall@{k}', group, gain, k=k, empty_as_zero=empty_as_zero)
 
-def RocAuc():
-    "fastai metric: `roc_auc` of the validation set on the device (fastai's `RocAucBinary` gathers every batch to the host for sklearn)"
-    return RankingMetric(roc_auc, 'roc_auc_score', group=False)
+def _roc_auc_score(preds:Tensor, targs:Tensor, groups=None)->Tensor:
+    "`roc_auc` of all rows; where sklearn's `roc_auc_score` finds the input undefined, its answer (an error, or a warning and NaN)"
+    auc,t = roc_auc(preds, targs),targs.view(-1)
+    one,nan,many = torch.stack([auc.isnan(), preds.isnan().any(), ((t != t.min()) & (t != t.max())).any()]).tolist() if len(t) else (1,0,0)
+    if not (one or nan or many): return auc
+    from sklearn.metrics import roc_auc_score  # the same fault in a few rows: sklearn's own error or warning, whatever its version
+    return torch.tensor(roc_auc_score(*(([0,1,2], [.1,.2,.3]) if many else ([0,1], [np.nan,0.]) if nan else ([0,0], [.1,.2]))))
+
+def RocAucBinary(axis:int=-1, average:str|None='macro', sample_weight=None, max_fpr:float|None=None, multi_class:str='raise'):
+    "fastai's `RocAucBinary` on the device: its value, name and errors without gathering the batches to the host for sklearn"
+    if sample_weight is not None or max_fpr is not None:  # sklearn's options: fastai's metric
+        return _fai_metrics.RocAucBinary(axis, average, sample_weight, max_fpr, multi_class)
+    return RankingMetric(_roc_auc_score, 'roc_auc_score', group=False, score=partial(_softmax_last, axis=axis))
 
 def GroupAuc(group:str|None=None, empty_as_zero:bool=False):
     "fastai metric: `roc_auc` per `group` (a pass-through column; default the first), averaged over the groups (GAUC)"

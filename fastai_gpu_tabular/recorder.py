@@ -93,14 +93,16 @@ def record_on_device(self:Learner,
 
 # %% ../nbs/04a_recorder.ipynb #ffa3197d
 class CheckNoSync(Callback):
-    "Raise where the training loop synchronises with the GPU, from the second batch of each epoch on"
+    "Raise where the training loop synchronises with the GPU, from the second batch of each epoch (and validation, if `valid`) on"
     order = -100
-    def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
+    def __init__(self,
+        valid:bool=False, # Check the validation batches too: the model, the loss and the metrics' `accumulate`
+    ): super().__init__(); self.valid = valid
     def before_batch(self):
-        if self.training and self.iter > 0 and torch.cuda.is_available(): torch.cuda.set_sync_debug_mode('error')
+        if (self.training or self.valid) and self.iter > 0 and torch.cuda.is_available(): torch.cuda.set_sync_debug_mode('error')
     def after_train(self):
         if torch.cuda.is_available(): torch.cuda.set_sync_debug_mode('default')
-    after_cancel_train = after_fit = after_cancel_fit = after_train
+    after_cancel_train = after_fit = after_cancel_fit = after_validate = after_cancel_validate = after_train
 
 @contextmanager
 def allowed_sync():

@@ -19,6 +19,7 @@ from fastcore.all import *
 import numpy as np, pandas as pd
 from .backend import *
 from .procs import *
+from .loader import BatchDataLoader
 
 # %% auto #0
 __all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_cont_dtypes', 'check_targets', 'clean_conts', 'exact_floats',
@@ -120,15 +121,9 @@ class RandomRowSplit:
     def __repr__(self): return f"RandomRowSplit(valid_pct={self.valid_pct}, seed={self.seed})"
 
 # %% ../nbs/02_tabular.ipynb #90f641ab
-class _LoaderType:
-    "`TabularGPU._dl_type`: the `BatchDataLoader`, looked up when first used (the loader module imports this one)"
-    def __get__(self, obj, cls):
-        from fastai_gpu_tabular.loader import BatchDataLoader
-        return BatchDataLoader
-
 class TabularGPU(TabularPandas):
     "A `TabularPandas` over a cuDF or pandas frame, with multi-hot columns `mh_names`"
-    _dl_type,_dbunch_type = _LoaderType(),TabularDataLoaders
+    _dl_type,_dbunch_type = BatchDataLoader,TabularDataLoaders
     def __init__(self,
         df, # cuDF or pandas DataFrame; cuDF runs the procs on the GPU
         procs:list|None=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
@@ -148,7 +143,7 @@ class TabularGPU(TabularPandas):
         if callable(splits): splits = splits(df if isinstance(splits, RandomRowSplit) else to_pandas(df))  # fastai's splitters want pandas
         if splits is not None:
             splits = [as_index_array(s, df) for s in splits]
-            df = take_rows(df, array_lib(df).concatenate(splits))  # a new frame: no copy needed
+            df = take_rows(df, concat_positions(splits, df))  # a new frame: no copy needed
         elif not inplace: df = df.copy()
         if do_setup: df = clean_conts(df, cont_names)
         if reduce_memory: df = shrink(df, skip=L(mh_names), exact=exact_floats(df.columns, cont_names, y_names))
@@ -422,3 +417,43 @@ def to_parquet(self:TabularGPU,
                      for i in range(0, len(df), part_rows)] for k,df in (('train', tr), ('valid', va))}
         write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed)
     return Path(path)
+
+# %% ../nbs/02_tabular.ipynb #ace9e534
+@patch(cls_method=True)
+@delegates(BatchDataLoader.__init__)
+def from_gpu_df(cls:TabularDataLoaders,
+    df, # cuDF or pandas DataFrame
+    path='.', # Where to save models
+    procs=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]`
+    cat_names=None, cont_names=None, y_names=None, # Column names, as in fastai
+    y_block=None, # `CategoryBlock()` or `RegressionBlock()`; guessed by default
+    valid_idx=None, # Validation row positions; a random 20% by default
+    mh_names=None, # Multi-hot columns
+    valid_pct:float=0.2, seed:int|None=None, # Random split when `valid_idx` is None
+    **kwargs
+):
+    "`DataLoaders` of `BatchDataLoader`s from `df`, processed on its backend"
+    if valid_idx is None: splits = random_splits(len(df), valid_pct, ifnone(seed, 42))
+    else: splits = (np.setdiff1d(np.arange(len(df)), np.asarray(valid_idx)), np.asarray(valid_idx))
+    to = TabularGPU(df, procs, cat_names, cont_names, y_names, y_block=y_block, splits=splits, mh_names=mh_names)
+    return to.dataloaders(path=path, seed=seed, **kwargs)
+
+@patch(cls_method=True)
+@delegates(TabularDataLoaders.from_gpu_df)
+def from_gpu_csv(cls:TabularDataLoaders,
+    csv, # A .csv file, read by cuDF on a GPU machine (pandas elsewhere); fastai's `from_csv` reads it with pandas
+    gpu:bool|None=None, # Read with cuDF (default: when a GPU and cuDF are there)
+    **kwargs
+):
+    "fastai's `from_csv` on the GPU: `DataLoaders` of `BatchDataLoader`s from a CSV file, processed on its backend"
+    return cls.from_gpu_df(read_frame(csv, gpu), **kwargs)
+
+@patch(cls_method=True)
+@delegates(TabularDataLoaders.from_gpu_df)
+def from_gpu_parquet(cls:TabularDataLoaders,
+    path_or_file, # A .parquet file, read by cuDF on a GPU machine (pandas elsewhere)
+    gpu:bool|None=None, # Read with cuDF (default: when a GPU and cuDF are there)
+    **kwargs
+):
+    "`DataLoaders` of `BatchDataLoader`s from a parquet file, processed on its backend (fastai has no `from_parquet`)"
+    return cls.from_gpu_df(read_frame(path_or_file, gpu), **kwargs)

@@ -16,7 +16,7 @@ from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
-from .ranking import MRR, NDCGAt, RecallAt, RocAuc
+from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
 __all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'parse_sizes', 'auto_bs', 'baseline', 'report_baseline',
@@ -73,13 +73,13 @@ def parse_metrics(
     c:int|None=None, # Classes of a classification target; None for a regression
 )->list:
     "fastai metrics from their command-line names"
-    if names is None: return ([accuracy, RocAuc()] if c==2 else [accuracy]) if c else [rmse]
+    if names is None: return ([accuracy, RocAucBinary()] if c==2 else [accuracy]) if c else [rmse]
     res = []
     for n in [o.strip().lower() for o in names.split(',') if o.strip()]:
         base,_,k = n.partition('@')
         if base in ('mrr', 'ndcg', 'recall') and not groups: raise ValueError(f"metric {n!r} ranks rows per group: pass `--group-names`, e.g. userId")
         if base in ('ndcg', 'recall') and not k.isdigit(): raise ValueError(f"metric {n!r} needs a cutoff, e.g. {base}@10")
-        if n == 'auc': res.append(RocAuc())  # on the device: fastai's `RocAucBinary` values, without sklearn on the host
+        if n == 'auc': res.append(RocAucBinary())  # fastai's values, on the device: no sklearn on the host
         elif n in ('accuracy', 'rmse'): res.append(accuracy if n == 'accuracy' else rmse)
         elif n == 'mrr': res.append(MRR(groups[0]))
         elif base == 'ndcg': res.append(NDCGAt(int(k), groups[0]))

@@ -65,3 +65,16 @@ def test_lr_find_reads_exact_losses():
     learn = learner()
     sug = learn.lr_find(show_plot=False)
     assert 1e-5 < sug.valley < 1 and all(not l.is_cuda for l in learn.recorder.losses)
+
+def test_device_roc_auc_binary_validates_without_host_sync():
+    "Our `RocAucBinary` (from `all`) under `CheckNoSync(valid=True)`, fastai's value; fastai's own is caught synchronising"
+    from fastai_gpu_tabular.all import RocAucBinary as DeviceRocAucBinary
+    learn = learner(); learn.metrics = DeviceRocAucBinary()
+    try: learn.fit(1, 3e-3, cbs=CheckNoSync(valid=True))
+    finally: torch.cuda.set_sync_debug_mode('default')
+    ours = learn.recorder.values[-1][-1]
+    learn.metrics = RocAucBinary()
+    assert 0.6 < ours and abs(learn.validate()[1] - ours) < 1e-6
+    with pytest.raises(RuntimeError, match='synchroniz'):
+        try: learn.fit(1, 3e-3, cbs=CheckNoSync(valid=True))
+        finally: torch.cuda.set_sync_debug_mode('default')

@@ -16,3 +16,19 @@ print(type(dls.train).__name__, type(dls).__name__, type(dls.valid).__name__)"""
 def test_all_exports_the_user_api_only():
     out = run("import fastai_gpu_tabular.all as m; print(*[n for n in ('main', 'to_pandas', 'shrink', 'value_counts', 'TabularGPU') if n in m.__all__])")
     assert out == ['TabularGPU']
+
+def test_no_import_cycle_between_modules():
+    "The package's modules import each other in one direction, lazy imports inside functions included (a cycle makes order matter)"
+    import ast, graphlib, pathlib
+    pkg = pathlib.Path(__file__).parents[1]/'fastai_gpu_tabular'
+    deps = {}
+    for f in pkg.glob('*.py'):
+        if f.stem in ('_modidx', 'all', '__init__'): continue
+        mods = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module: mods.add(node.module.split('.')[0])
+            elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith('fastai_gpu_tabular.'): mods.add(node.module.split('.')[1])
+            elif isinstance(node, ast.Import): mods |= {a.name.split('.')[1] for a in node.names if a.name.startswith('fastai_gpu_tabular.')}
+        deps[f.stem] = mods - {f.stem}
+    assert deps['loader'] and 'tabular' in deps['tabular_dask']  # the parse found the imports
+    graphlib.TopologicalSorter(deps).prepare()  # raises CycleError naming the cycle

@@ -89,7 +89,7 @@ import json
 from pathlib import Path
 from fastai.tabular.all import ProgressCallback, set_seed, tabular_config, RocAucBinary
 from fastai.tabular.data import TabularDataLoaders
-from fastai_gpu_tabular.ranking import MRR, NDCGAt, RecallAt, RocAuc, GroupAuc
+from fastai_gpu_tabular.ranking import MRR, NDCGAt, RecallAt, GroupAuc, RocAucBinary as DeviceRocAucBinary
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.train import main
@@ -120,11 +120,11 @@ def test_metrics_through_fit_equal_the_functions_on_get_preds():
     assert learn.recorder.metric_names[3:-1] == ['mrr', 'ndcg@10', 'recall@20', 'ndcg@5']
 
 def test_device_auc_equals_fastais_roc_auc_binary():
-    "`RocAuc` (no group column needed) gives fastai's `RocAucBinary` through `fit`, `GroupAuc` the mean of sklearn's per user"
+    "Our `RocAucBinary` (no group column needed) gives fastai's through `fit`, `GroupAuc` the mean of sklearn's per user"
     to = ranked_data()
     set_seed(0)
     learn = tabular_learner(to.dataloaders(bs=1000, shuffle=False, extra_names=['user'], device='cpu'), layers=[16],
-                            metrics=[RocAucBinary(), RocAuc(), GroupAuc('user')], config=tabular_config(use_bn=False, bn_cont=False))
+                            metrics=[RocAucBinary(), DeviceRocAucBinary(), GroupAuc('user')], config=tabular_config(use_bn=False, bn_cont=False))
     learn.remove_cb(ProgressCallback)
     learn.fit(1, 1e-2)
     fai, ours, gauc = learn.recorder.values[-1][2:]
