@@ -154,14 +154,15 @@ def _gpu_numeric(s)->bool: return is_cudf(s) and s.dtype.kind in 'biuf'
 
 def _torch_type(dt):
     "A type torch's kernels take that holds every value of numeric type `dt`: `dt`, int8 for bool, int64 for uint16/32; None for uint64"
-    dt = np.dtype(dt)
+    dt = np.dtype(getattr(dt, 'numpy_dtype', dt))  # pandas' nullable types (cuDF keeps them): their numpy type
     if dt.kind == 'b': return np.dtype('int8')
     return dt if dt.kind != 'u' or dt.itemsize == 1 else np.dtype('int64') if dt.itemsize < 8 else None
 
 def _search_type(a, b):
     "The type to compare values of types `a` and `b` in, exactly (no 64-bit integer through float64), or None"
+    a,b = (np.dtype(getattr(t, 'numpy_dtype', t)) for t in (a, b))
     dt = _torch_type(np.result_type(a, b))
-    exact = dt is not None and (dt.kind != 'f' or all(np.dtype(t).kind == 'f' or np.dtype(t).itemsize < 8 for t in (a, b)))
+    exact = dt is not None and (dt.kind != 'f' or all(t.kind == 'f' or t.itemsize < 8 for t in (a, b)))
     return dt if exact else None
 
 def device_tensor(a):

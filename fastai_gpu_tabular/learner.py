@@ -44,15 +44,17 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
     mh_names = getattr(dls.train_ds, 'mh_names', None) or []
     args = dict(layers=layers, emb_szs=emb_szs, config=config, n_out=n_out, y_range=y_range, mh_mode=mh_mode, fast=fast)
     kwargs['cbs'] = L(kwargs.get('cbs')) + SplitExtras()  # pass-through columns (`extra_names`) leave the targets before the loss
+    dev = torch.device(getattr(dls.train, 'device', None) or 'cpu')  # the model is initialised where it trains: ~2 s less at 100M weights
     if not mh_names and not fast:
-        learn = _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs).record_on_device(show_every).plain_loss()
+        with dev: learn = _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs)
+        learn = learn.record_on_device(show_every).plain_loss()
         learn.model_args = args  # what `save_run` writes, to build the same model again
         return learn
     config,layers,sz = ifnone(config, tabular_config()),ifnone(layers, [200,100]),ifnone(emb_szs, {})
     n_out = ifnone(n_out, get_c(dls))
     if not n_out: raise ValueError("`n_out` is not defined and could not be inferred from the data: pass `n_out`")
     if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
-    with torch.device(getattr(dls.train, 'device', None) or 'cpu'):  # initialised where it trains: ~2 s less for 100M parameters
+    with dev:
         model = (FastTabularModel if fast else TabularModelMH)(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                                mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range,
                                **config)
