@@ -200,13 +200,15 @@ def _sorted_array(cats):
 
 def cat_codes(s, cats:list):
     "int64 position of each value of `s` in `cats`; -1 where missing or not in `cats`"
-    if _gpu_numeric(s) and len(cats) and (a := _sorted_array(cats)) is not None and (dt := _search_type(a.dtype, s.dtype)):
+    a = _sorted_array(cats) if _gpu_numeric(s) and len(cats) else None
+    if a is not None and (dt := _search_type(a.dtype, s.dtype)):
         import torch
         v = device_tensor((s.fillna(a[0]) if s.has_nulls else s).astype(dt))
         c = torch.as_tensor(a.astype(dt), device=v.device)
         i = torch.searchsorted(c, v).clamp_(max=len(c)-1)
         return like_series(torch.where((c[i]==v) & ~device_tensor(s.isna()), i, -1), s)
-    if is_cudf(s): return s.astype(df_lib(s).CategoricalDtype(categories=cats)).cat.codes.fillna(-1).astype('int64')
+    if is_cudf(s):  # typed categories: a uint64 above 2**63 is not an int64
+        return s.astype(df_lib(s).CategoricalDtype(categories=cats if a is None else a)).cat.codes.fillna(-1).astype('int64')
     return pd.Series(pd.Index(cats).get_indexer(s), index=s.index, name=s.name, dtype='int64')
 
 def as_kind(s, kind:str):
