@@ -113,7 +113,7 @@ def show(note):
     for r in rows:
         if 'warm' in ours: r['of_ours_warm'] = round(r['total'] / ours['warm'], 2)
         if 'second process' in ours: r['of_ours_second'] = round(r['total'] / ours['second process'], 2)
-        if r['run'] == 'warm' and 'cold' in ours: r['speedup_of_ours_cold'] = round(r['total'] / ours['cold'], 1)
+        if r['run'] == 'warm' and r['path'] != 'ours' and 'cold' in ours: r['speedup_of_ours_cold'] = round(r['total'] / ours['cold'], 1)
     print(f"{n_rows:,} rows from {a.file}; seconds a phase; {note}", flush=True)
     report(a.name, rows, cols, dict(bench='e2e', n_rows=n_rows, target_auc=bar))
 
