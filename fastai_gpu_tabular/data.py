@@ -169,7 +169,7 @@ def read_data(
     seed:int=42, # Seed of 'synth' and 'synth-criteo'
     **names # cat_names, cont_names, mh_names, y_names: comma-separated strings or lists, for a file (or to override)
 )->tuple:
-    "(frame, column names) of `data`; a file with only `y_names` gets the other columns split by fastai's `cont_cat_split` (20 values at most: categorical)"
+    "(frame, column names) of `data`; a file with only `y_names`: fastai's `cont_cat_split` (20 values at most: categorical)"
     if data=='synth': df,cols = synth_movielens(rows, seed=seed, gpu=gpu),dict(BENCH_SCHEMA, mh_names=BENCH_MH)
     elif data=='synth-criteo': df,cols = synth_criteo(rows, seed=seed, gpu=gpu),dict(CRITEO_SCHEMA)
     elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)

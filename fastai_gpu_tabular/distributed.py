@@ -75,11 +75,12 @@ def _wrap_dl(self:DistributedTrainer, dl):
 def ddp_kwargs(
     bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`), the sparse rows too
     bucket_view:bool=False, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`; slower in bench_dist.py)
-    sparse_embeddings:bool|None=False, # Embedding rows exchanged sparsely: None by `sparse_tables`' rule, True every table, False none (DDP)
+    sparse_embeddings:bool|None=False, # Rows exchanged sparsely: None by `sparse_tables`' rule, True every table, False none (DDP)
 )->dict:
     "Keyword arguments for `learn.distrib_ctx(...)` setting how the gradients are exchanged (`DistributedDataParallel`'s options and ours)"
     hook = DDPCommunicationHookType.BF16 if bf16_grads else DDPCommunicationHookType.NO
-    return dict(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=bucket_view, comm_hook=hook)], sparse_embeddings=sparse_embeddings)
+    ddp = DistributedDataParallelKwargs(gradient_as_bucket_view=bucket_view, comm_hook=hook)
+    return dict(kwargs_handlers=[ddp], sparse_embeddings=sparse_embeddings)
 
 # %% ../nbs/07_distributed.ipynb #557be716
 def embedding_tables(model)->dict:
@@ -99,7 +100,8 @@ def sparse_tables(model, bs:int, world:int,
     "Names of the tables exchanged row-sparsely; the rule: N >= `min_rows` and world × `expected_rows`(N, bs·n_acc) < 2N"
     if sparse is False or world < 2: return []
     ps = dict(get_model(model).named_parameters())
-    return [k for k in embedding_tables(model) if sparse or (len(ps[k]) >= min_rows and world*expected_rows(len(ps[k]), bs*n_acc) < 2*len(ps[k]))]
+    few = lambda n: n >= min_rows and world*expected_rows(n, bs*n_acc) < 2*n  # a step touches under half the table's rows
+    return [k for k in embedding_tables(model) if sparse or few(len(ps[k]))]
 
 # %% ../nbs/07_distributed.ipynb #161e0be0
 class SparseEmbeddingGrads(Callback):
@@ -264,7 +266,7 @@ import fastai.distributed as _fai_dist
 _fai_setup_distrib = _fai_dist.setup_distrib
 
 def setup_distrib(gpu=None):
-    "fastai's `setup_distrib` (what `distrib_ctx(in_notebook=True)` calls): NCCL on GPUs; without CUDA, a gloo process group, so that `notebook_launcher` runs on CPUs"
+    "fastai's `setup_distrib` (`distrib_ctx(in_notebook=True)` calls it): NCCL on GPUs; without CUDA a gloo group, for `notebook_launcher`"
     if gpu is None or torch.cuda.is_available(): return _fai_setup_distrib(gpu)
     if num_distrib() > 0:
         from accelerate import PartialState

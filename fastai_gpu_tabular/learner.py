@@ -40,7 +40,7 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
                     fast:bool=True, # `FastTabularModel`; False: fastai's `TabularModel` (`TabularModelMH` with multi-hot columns)
                     show_every:int=25, # Batches between two refreshes of the progress bar's loss (`DeviceRecorder`)
                     **kwargs):
-    "fastai's `tabular_learner` with `FastTabularModel` (or fastai's model if not `fast`), multi-hot columns, a `DeviceRecorder` and `SplitExtras`"
+    "fastai's `tabular_learner` with `FastTabularModel` (fastai's if not `fast`), multi-hot columns, `DeviceRecorder` and `SplitExtras`"
     mh_names = getattr(dls.train_ds, 'mh_names', None) or []
     args = dict(layers=layers, emb_szs=emb_szs, config=config, n_out=n_out, y_range=y_range, mh_mode=mh_mode, fast=fast)
     kwargs['cbs'] = L(kwargs.get('cbs')) + SplitExtras()  # pass-through columns (`extra_names`) leave the targets before the loss
@@ -86,7 +86,8 @@ def __getitem__(self:Interpretation, idxs):
     if not is_listy(idxs): idxs = [idxs]
     items = getattr(self.dl.items, 'iloc', L(self.dl.items))[idxs]
     tmp_dl = self.learn.dls.test_dl(items, with_labels=True, process=not isinstance(self.dl, (TabDataLoader, BatchDataLoader)))
-    inps,preds,targs,decoded = self.learn.get_preds(dl=tmp_dl, with_input=True, with_loss=False, with_decoded=True, act=self.act, reorder=False)
+    inps,preds,targs,decoded = self.learn.get_preds(dl=tmp_dl, with_input=True, with_loss=False, with_decoded=True, act=self.act,
+                                                    reorder=False)
     return inps, preds, targs, decoded, self.losses[idxs]
 
 # %% ../nbs/05_learner.ipynb #cf005079
@@ -106,7 +107,8 @@ def save_run(learn:Learner, path)->Path:
     "Write `learn`'s procs, model arguments (JSON) and weights (safetensors) to folder `path`: no pickle"
     from safetensors.torch import save_file
     args = getattr(learn, 'model_args', None)
-    if args is None: raise ValueError("`save_run` needs a `Learner` made by this library's `tabular_learner` (it records the model's arguments)")
+    if args is None:
+        raise ValueError("`save_run` needs a `Learner` made by this library's `tabular_learner` (it records the model's arguments)")
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     save_procs(learn.dls.train_ds, path/'procs')
     cfg = dict(args, config=_json_config(args['config']), y_range=list(args['y_range']) if args['y_range'] is not None else None)
@@ -122,12 +124,14 @@ def load_run(
     "The `Learner` saved by `save_run` in `path`, for `test_dl`, `get_preds` and `predict`"
     from safetensors.torch import load_file
     path = Path(path)
-    if not (path/'model.json').exists(): raise FileNotFoundError(f"{path}: no model.json; write a run folder with `save_run` or `fgt-train`")
+    if not (path/'model.json').exists():
+        raise FileNotFoundError(f"{path}: no model.json; write a run folder with `save_run` or `fgt-train`")
     d = json.loads((path/'model.json').read_text())
     if d.get('format') != RUN_FORMAT: raise ValueError(f"{path/'model.json'}: format {d.get('format')!r}, this library reads {RUN_FORMAT}")
     procs,names = load_procs(path/'procs')
     cols = names['cat_names'] + names['mh_names'] + names['cont_names'] + names['y_names']
-    to = TabularGPU(pd.DataFrame({c: [] for c in cols}), procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+    to = TabularGPU(pd.DataFrame({c: [] for c in cols}), procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(),
+                    **names)
     dev = ifnone(device, default_device())
     dls = TabularDataLoaders(*[BatchDataLoader(to, bs=bs, device=dev, seed=0) for _ in range(2)], path=path, device=dev)
     m = d['model']

@@ -57,7 +57,7 @@ def device_bytes_free(device)->int:
     return os.sysconf('SC_AVPHYS_PAGES')*os.sysconf('SC_PAGE_SIZE')
 
 class TabTensors:
-    "The processed columns of a `TabularGPU` as tensors: `cats` (int64), `conts` (float32), `ys`, `mh` {name: (values, offsets)}, `extras` (pass-through)"
+    "A `TabularGPU`'s processed columns as tensors: `cats` (int64), `conts` (float32), `ys`, `mh` {name: (values, offsets)}, `extras`"
     def __init__(self, to, device, host:bool=False, extra_names=()):
         df,n = to.items,len(to.items)
         ys = [y for y in to.y_names if y in df.columns]
@@ -182,7 +182,7 @@ class BatchDataLoader(TfmdDL):
         host:bool=False, # Keep the data in pinned host memory, gather there and copy each batch to the device
         mh_width:int|str|None=None, # Multi-hot batches padded to this many codes a row ('max': the longest row), else (values, offsets)
         min_share:int|None=None, # Fewest rows of a rank's share of the last batch, else it is dropped (default: 2 if `shuffle`, else 0)
-        extra_names:list=(), # Pass-through columns (raw group ids, gains) appended to each batch as a tuple, for metrics: not model inputs, not targets
+        extra_names:list=(), # Pass-through columns (raw group ids, gains) added to each batch for metrics: not inputs, not targets
         after_batch:list|None=None, # Batch transforms, after `ReadTabBatchGPU`
         **kwargs
     ):
@@ -194,7 +194,8 @@ class BatchDataLoader(TfmdDL):
         self.seed,self.epoch,self.host,self.mh_width = ifnone(seed, random.randrange(2**31)),0,host,mh_width
         self.min_share,self.extra_names = ifnone(min_share, 2 if shuffle else 0),list(L(extra_names))
         if missing := [n for n in self.extra_names if n not in getattr(getattr(dataset, 'items', None), 'columns', self.extra_names)]:
-            raise ValueError(f"`extra_names`: column {missing[0]!r} is not in the data: keep a copy of it before processing (e.g. `df['user'] = df['userId']`)")
+            raise ValueError(f"`extra_names`: column {missing[0]!r} is not in the data: "
+                             "keep a copy of it before processing (e.g. `df['user'] = df['userId']`)")
         self.skip = 0  # batches of the next epoch to leave out (resuming mid-epoch), then back to 0
         after_batch = ReadTabBatchGPU(dataset) if after_batch is None else after_batch
         kwargs.pop('num_workers', None)
@@ -283,7 +284,8 @@ class BatchDataLoader(TfmdDL):
     def _one_pass(self):
         self._n_inp = 2 + bool(self.dataset.mh_names)
         t = self.tensors()
-        self._types = explode_types(self.create_batch(torch.zeros(min(1, t.n), dtype=torch.int64, device=t.device), t))  # no rows: `load_run`
+        first = torch.zeros(min(1, t.n), dtype=torch.int64, device=t.device)  # no rows: `load_run`
+        self._types = explode_types(self.create_batch(first, t))
 
     def one_batch(self):
         if len(self)==0: raise ValueError(f"this loader has no batches: {self.n} rows, bs={self.bs}, drop_last={self.drop_last}")

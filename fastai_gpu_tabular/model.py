@@ -135,6 +135,7 @@ _fai_layer_info = _hook.layer_info
 def layer_info(learn, *xb):
     "fastai's `layer_info`, plus the layers with parameters that the forward pass uses without calling them"
     infos = _fai_layer_info(learn, *xb)
-    return [o if o is not None or not hasattr(m, 'weight') else (type(m).__name__, *total_params(m), torch.Size([1, m.weight.shape[-1]]), False)
+    return [o if o is not None or not hasattr(m, 'weight') else
+            (type(m).__name__, *total_params(m), torch.Size([1, m.weight.shape[-1]]), False)
             for m,o in zip(flatten_model(learn.model), infos)]
 _hook.layer_info = layer_info  # `Learner.summary` (fastai's `module_summary`) looks it up there

@@ -104,7 +104,8 @@ class Categorify(_FaiCategorify):
         if (unseen := self._unseen(n, s)) <= 0.5: return s
         conv = as_kind(s, 'str' if kinds == {True} else 'num')  # exact: None unless every value converts
         if conv is not None and self._unseen(n, conv) <= 0.5: return conv
-        warn_once(self, n, f"categorical column {n!r} holds {s.dtype} values, but was trained on {'strings' if kinds=={True} else 'numbers'}, "
+        trained = 'strings' if kinds=={True} else 'numbers'
+        warn_once(self, n, f"categorical column {n!r} holds {s.dtype} values, but was trained on {trained}, "
                            f"and {unseen:.0%} of its values were never seen in training: they are coded as missing. "
                            f"Give the column the training type (e.g. `.astype(...)`)")
         return s

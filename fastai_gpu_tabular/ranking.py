@@ -33,7 +33,8 @@ def _run_start(new:Tensor)->Tensor:
     return torch.cummax(torch.where(new, pos, 0), 0).values if len(new) else pos
 
 def ranked(preds:Tensor, groups:Tensor)->SimpleNamespace:
-    "Rows sorted by group, then score descending (`o`), with dense group ids `g` (`G` groups), and for each row its tie block's first rank in the group `start`, size `size`, id `blk`, and the row's `slot` in it"
+    """Rows sorted by group, then score descending (`o`); dense group ids `g` (`G` groups); each row's tie block: its first rank in
+    the group `start`, `size`, id `blk`, and the row's `slot` in it"""
     o = torch.argsort(preds, descending=True, stable=True)
     o = o[torch.argsort(groups[o], stable=True)]
     gr,s,n = groups[o],preds[o],len(o)
@@ -91,7 +92,8 @@ def recall_at_k(
     k:int, # Cutoff
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"
+    """Mean over groups of (positives in the top `k`) / positives, expected over uniformly random orders of tied scores: a positive
+    in a tie block of `t` rows starting at rank `s` (0-based) is in the top `k` with chance min(max(`k`-`s`, 0), `t`)/`t`"""
     if k < 1: raise ValueError(f"`k` must be at least 1, not {k}")
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'recall_at_k')
     r = ranked(preds, groups)
@@ -106,7 +108,9 @@ def mrr(
     preds:Tensor, targs:Tensor, groups:Tensor, # As in `recall_at_k`
     empty_as_zero:bool=False, # Count the groups with no positive as 0 (default: leave them out)
 )->Tensor:
-    "Mean over groups of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the first block holding positives has `p` of them among `t` rows from rank `s` (1-based), E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"
+    """Mean over groups of the reciprocal rank of the first positive, expected over uniformly random orders of tied scores: if the
+    first block holding positives has `p` of them among `t` rows from rank `s` (1-based),
+    E[1/rank] = sum_j C(`t`-j, `p`-1)/C(`t`, `p`) / (`s`+j-1), j = 1..`t`-`p`+1"""
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'mrr')
     r = ranked(preds, groups)
     pos,n = targs[r.o] > 0,len(r.o)
@@ -129,13 +133,15 @@ def ndcg_at_k(
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'ndcg_at_k')
     r = ranked(preds, groups)
     gain,dev = targs[r.o].double(),r.o.device
-    cum = torch.cat([torch.zeros(1, dtype=torch.float64, device=dev), torch.cumsum(1/torch.log2(torch.arange(k, dtype=torch.float64, device=dev)+2), 0)])
+    disc = 1/torch.log2(torch.arange(k, dtype=torch.float64, device=dev)+2)
+    cum = torch.cat([torch.zeros(1, dtype=torch.float64, device=dev), torch.cumsum(disc, 0)])
     disc = lambda rank: cum[rank.clamp(0, k)]  # the discounts of the ranks before `rank`, within the cutoff
     dcg = _per_group(gain / r.size * (disc(r.start + r.size) - disc(r.start)), r)  # a tie block shares its mean gain
     io = torch.argsort(gain, descending=True, stable=True)
     io = io[torch.argsort(r.g[io], stable=True)]
     ig,rank = gain[io],torch.arange(len(io), device=dev) - _run_start(_runs(r.g[io]))
-    idcg = torch.zeros(len(io), dtype=torch.float64, device=dev).index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
+    idcg = torch.zeros(len(io), dtype=torch.float64, device=dev)
+    idcg.index_add_(0, r.g[io], torch.where(rank < k, ig/torch.log2(rank.double()+2), 0.))
     return _nan_if_nan(_mean(dcg / idcg.clamp(min=1e-300), idcg > 0, r, empty_as_zero), preds, targs)
 
 def roc_auc(
@@ -144,7 +150,8 @@ def roc_auc(
     groups:Tensor|None=None, # Query, user or session id of each row: the mean of the groups' AUCs (default: one AUC of all rows)
     empty_as_zero:bool=False, # Count the groups with only positives or only negatives as 0 (default: leave them out)
 )->Tensor:
-    "Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes"
+    """Area under the ROC curve: the share of (positive, negative) pairs the positive outscores, ties counting half (sklearn's
+    `roc_auc_score`); the mean over `groups` (GAUC) if given; NaN if no group has both classes"""
     preds,targs,groups = ranking_inputs(preds, targs, groups, 'roc_auc')
     r = ranked(preds, groups)
     pos = targs[r.o] > 0
@@ -180,12 +187,15 @@ class RankingMetric(Metric):
     def _col(self, learn, n):
         names = list(getattr(learn.dl, 'extra_names', []))
         if getattr(learn, 'extras', None) is None or not names: raise ValueError(
-            f"`{self.name}` needs each validation batch's group ids: pass `extra_names=['user']` to `dataloaders` (`user` a copy of the raw id column)")
-        if n is not None and n not in names: raise ValueError(f"`{self.name}`: column {n!r} is not among the loader's `extra_names` {names}")
+            f"`{self.name}` needs each validation batch's group ids: "
+            "pass `extra_names=['user']` to `dataloaders` (`user` a copy of the raw id column)")
+        if n is not None and n not in names:
+            raise ValueError(f"`{self.name}`: column {n!r} is not among the loader's `extra_names` {names}")
         return learn.extras[names.index(n) if n is not None else 0]
     def accumulate(self, learn):
         targ = self._col(learn, self.gain) if self.gain else learn.yb[0].view(-1)
-        g = self._col(learn, self.group).detach() if self.group is not False else torch.zeros_like(targ, dtype=torch.long)  # False: one group
+        one = self.group is False  # one group: every row
+        g = torch.zeros_like(targ, dtype=torch.long) if one else self._col(learn, self.group).detach()
         self.parts.append((self.score(learn.pred.detach()), targ.detach(), g))
     @property
     def value(self):
@@ -231,11 +241,12 @@ class _KeepExtras(Callback):
     order = 0
     def before_validate(self): self.parts = []
     def after_batch(self):
-        if not self.training and getattr(self.learn, 'extras', None) is not None: self.parts.append(tuple(e.detach() for e in self.learn.extras))
+        if not self.training and getattr(self.learn, 'extras', None) is not None:
+            self.parts.append(tuple(e.detach() for e in self.learn.extras))
 
 @patch
 def get_preds_extras(self:Learner, ds_idx:int=1, dl=None, **kwargs)->tuple:
-    "fastai's `get_preds` (predictions, targets), and the batches' pass-through columns (`extra_names`, e.g. raw group ids) in the same order"
+    "fastai's `get_preds` (predictions, targets), and the batches' pass-through columns (`extra_names`) in the same order"
     cb = _KeepExtras()
     preds,targs = self.get_preds(ds_idx, dl=dl, cbs=cb, **kwargs)[:2]
     ex = [torch.cat(x) for x in zip(*cb.parts)] if cb.parts else []

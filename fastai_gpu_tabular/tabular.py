@@ -131,7 +131,7 @@ class TabularGPU(TabularPandas):
         cont_names:list|None=None, # Continuous columns
         y_names:str|list|None=None, # Target column(s)
         y_block:TransformBlock|None=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
-        splits:tuple|Callable|None=None, # (train, valid) row positions (lists, ranges or arrays), or a splitter such as `RandomRowSplit` or `ColSplitter`
+        splits:tuple|Callable|None=None, # (train, valid) row positions (lists, ranges, arrays), or a splitter (`RandomRowSplit`...)
         do_setup:bool=True, # Fit the procs on the training split and apply them
         device:str|None=None, # Device of the batches (a `torch.device` or its name)
         inplace:bool=False, # Work on `df` itself instead of a copy
@@ -269,12 +269,14 @@ _types = dict(Categorify=Categorify, FillMissing=FillMissing, Normalize=Normaliz
 
 def _check_saved(d, fn):
     "Raise a `ValueError` naming file `fn` and the key, where the contents `d` of a procs.json are not what `save_procs` writes"
-    def bad(key, what): raise ValueError(f"{fn}: {key!r} {what}: the file is damaged or was not written by `save_procs`; save the procs again")
+    def bad(key, what):
+        raise ValueError(f"{fn}: {key!r} {what}: the file is damaged or was not written by `save_procs`; save the procs again")
     is_list = lambda o, t: isinstance(o, list) and all(issubclass(u, t) for u in set(map(type, o)))  # the types, in C
     is_map = lambda o, t: isinstance(o, dict) and all(isinstance(k, str) and isinstance(x, t) for k,x in o.items())
     scalar,num = (str, int, float, bool),(int, float)
     if not isinstance(d, dict): bad('(the whole file)', 'is not a JSON object')
-    if d.get('format', 0) not in (0, PROCS_FORMAT): bad('format', f"is {d.get('format')!r}, newer than this library reads (0 to {PROCS_FORMAT})")
+    if d.get('format', 0) not in (0, PROCS_FORMAT):
+        bad('format', f"is {d.get('format')!r}, newer than this library reads (0 to {PROCS_FORMAT})")
     names = d.get('names')
     if not isinstance(names, dict): bad('names', 'is not an object of column lists')
     for k in _NAME_KEYS:
@@ -300,7 +302,8 @@ def load_procs(path)->tuple[list,dict]:
     path = Path(path); fn = path/'procs.json'
     if not fn.exists(): raise FileNotFoundError(f"{fn}: no saved procs there; write them with `save_procs(to, {str(path)!r})`")
     try: d = json.loads(fn.read_text())
-    except json.JSONDecodeError as e: raise ValueError(f"{fn} is not valid JSON ({e}): it is truncated or damaged; save the procs again") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{fn} is not valid JSON ({e}): it is truncated or damaged; save the procs again") from None
     def _small(v): return pd.read_parquet(path/v['parquet'])['v'].tolist() if isinstance(v, dict) else v
     for s in d.get('procs') if isinstance(d, dict) and isinstance(d.get('procs'), list) else []:
         for k in ('vocab','rare'):
@@ -392,7 +395,8 @@ def building(path, overwrite:bool=False):
 def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed:int|None=None):
     "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"
     splits = {k: dict(rows=sum(p['rows'] for p in ps if p), files=[f"{k}/{p['file']}" for p in ps if p]) for k,ps in parts.items()}
-    info = dict(format=PROCESSED_FORMAT, **splits, columns=dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names)),
+    cols = dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names))
+    info = dict(format=PROCESSED_FORMAT, **splits, columns=cols,
                 row_group_rows=row_group_rows, shuffle_seed=shuffle_seed)
     (Path(folder)/'dataset.json').write_text(json.dumps(info, indent=1))
     save_procs(to, Path(folder)/'procs')

@@ -170,7 +170,8 @@ def _fit_categorify(p, train, td):
 def _fit_fill_missing(p, train, td):
     "Exact medians (or modes, constants) of the training split, as `TabularGPU` computes them"
     name = getattr(p.fill_strategy, '__name__', str(p.fill_strategy))
-    if name not in ('median', 'mode', 'constant'): raise ValueError(f"`TabularDask` fits `FillStrategy.median`, `mode` and `constant`, not {name!r}")
+    if name not in ('median', 'mode', 'constant'):
+        raise ValueError(f"`TabularDask` fits `FillStrategy.median`, `mode` and `constant`, not {name!r}")
     st,fv,fills = td._train_stats,p.fill_vals,{}
     if name == 'median': fills = exact_medians(train, {n: st['count'][n] for n in td.cont_names}, st['lo'], st['hi'])
     for n in td.cont_names:
@@ -197,7 +198,8 @@ def _fit_normalize(p, train, td):
 
 def _fit_categorize(p, train, td):
     "The target's sorted labels, or the vocabulary given to `CategoryBlock`"
-    if p.vocab is None: p.vocab = Vocab(vocab_from_counts(to_pandas(train[td.y_names[0]].value_counts(split_out=1).compute()))[0], add_na=False)
+    if p.vocab is None:
+        p.vocab = Vocab(vocab_from_counts(to_pandas(train[td.y_names[0]].value_counts(split_out=1).compute()))[0], add_na=False)
     else: p.vocab = CategoryMap(p.vocab, sort=False, add_na=p.add_na)
     p.c = len(p.vocab)
 
@@ -220,7 +222,7 @@ class TabularDask:
         procs:list|None=None, # Procs, e.g. `[Categorify, FillMissing, Normalize]` (fastai's are swapped for ours)
         cat_names:list|None=None, cont_names:list|None=None, y_names:str|list|None=None, # Column names, as in fastai
         y_block:TransformBlock|None=None, # `CategoryBlock()` or `RegressionBlock()`; guessed from the target's dtype by default
-        splits:RandomRowSplit|Callable|None=None, # `RandomRowSplit(valid_pct, seed)`, fastai's `ColSplitter(col)`, or None: every row trains
+        splits:RandomRowSplit|Callable|None=None, # `RandomRowSplit(valid_pct, seed)`, `ColSplitter(col)`, or None: every row trains
         do_setup:bool=True, # Fit the procs on the training rows
         reduce_memory:bool=True, # Shrink numeric dtypes as `TabularGPU` does (from the min and max over every partition)
         mh_names:list|None=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
@@ -232,7 +234,8 @@ class TabularDask:
         check_names(meta, self.cat_names, self.cont_names, self.mh_names, self.y_names, check_types=False)
         check_cont_dtypes({n: meta[n].dtype for n in self.cont_names})
         if splits is not None and not isinstance(splits, RandomRowSplit):
-            if (cs := _col_splitter(splits)) is None: raise ValueError("`splits` of `TabularDask` is a `RandomRowSplit` or fastai's `ColSplitter`")
+            if (cs := _col_splitter(splits)) is None:
+                raise ValueError("`splits` of `TabularDask` is a `RandomRowSplit` or fastai's `ColSplitter`")
             if cs[0] not in meta.columns: raise ValueError(f"column {cs[0]!r} (of `ColSplitter`) is not in the frame")
             splits = cs
         if y_block is None and self.y_names:
@@ -241,7 +244,8 @@ class TabularDask:
         if y_block is not None:
             if callable(y_block): y_block = y_block()
             procs = procs + y_block.type_tfms
-        self.ddf,self.splits,self.reduce_memory,self.progress,self.persist,self.procs = ddf,splits,reduce_memory,progress,persist,Pipeline(procs)
+        self.ddf,self.splits,self.reduce_memory,self.progress,self.persist = ddf,splits,reduce_memory,progress,persist
+        self.procs = Pipeline(procs)
         if do_setup: self.setup()
 
     @property

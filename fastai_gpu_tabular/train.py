@@ -20,7 +20,8 @@ from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
 __all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'parse_sizes', 'auto_bs', 'baseline', 'report_baseline',
-           'target_range', 'pick_lr', 'main', 'predict', 'predict_cli']
+           'target_range', 'pick_lr', 'check_args', 'finished', 'read_step', 'build_step', 'fit_step', 'report_step',
+           'main', 'predict', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -48,7 +49,7 @@ class Phases:
 
 # %% ../nbs/08_train.ipynb #a0e74685
 class KeepBest(SaveModelCallback):
-    "fastai's `SaveModelCallback` on the validation loss, quiet, across `--resume`: the best epoch's weights end the run (`out`/best.json keeps its value)"
+    "fastai's `SaveModelCallback` on the validation loss, quiet, across `--resume`: the best epoch's weights end the run (best.json)"
     def __init__(self, out, resume:bool=False):
         super().__init__(monitor='valid_loss', fname='best', with_opt=False)
         self.state_fn,self.resume = Path(out)/'best.json',resume
@@ -64,7 +65,8 @@ class KeepBest(SaveModelCallback):
             self._save(self.fname)
             if not rank_distrib(): self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch)))
     def after_fit(self):
-        if np.isfinite(self.best): super().after_fit()  # the same on every rank (the file may not be there yet on the others); inf: stopped before an epoch ended
+        # the same on every rank (the file may not be there yet on the others); inf: stopped before an epoch ended
+        if np.isfinite(self.best): super().after_fit()
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(
@@ -77,7 +79,8 @@ def parse_metrics(
     res = []
     for n in [o.strip().lower() for o in names.split(',') if o.strip()]:
         base,_,k = n.partition('@')
-        if base in ('mrr', 'ndcg', 'recall') and not groups: raise ValueError(f"metric {n!r} ranks rows per group: pass `--group-names`, e.g. userId")
+        if base in ('mrr', 'ndcg', 'recall') and not groups:
+            raise ValueError(f"metric {n!r} ranks rows per group: pass `--group-names`, e.g. userId")
         if base in ('ndcg', 'recall') and not k.isdigit(): raise ValueError(f"metric {n!r} needs a cutoff, e.g. {base}@10")
         if n == 'auc': res.append(RocAucBinary())  # fastai's values, on the device: no sklearn on the host
         elif n in ('accuracy', 'rmse'): res.append(accuracy if n == 'accuracy' else rmse)
@@ -130,7 +133,8 @@ def target_range(to)->tuple|None:
     return (lo - 0.05*(hi-lo), hi + 0.05*(hi-lo))
 
 def pick_lr(learn, out, opt:str, resume:bool=False)->float:
-    "A run's learning rate given none: `lr_find`'s valley in one process; under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"
+    """A run's learning rate given none: `lr_find`'s valley in one process; under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam
+    2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"""
     fn = Path(out)/'lr.json'
     if resume and fn.exists(): return json.loads(fn.read_text())['lr']
     world,bs = max(num_distrib(), 1),learn.dls.train.bs
@@ -144,6 +148,81 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
     return lr
 
 # %% ../nbs/08_train.ipynb #936a4bfa
+def check_args(y_block:str, opt:str, precision:str, epochs:int, bs:int|None):
+    "Refuse `fgt-train` arguments that cannot work, before anything is read"
+    if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
+    if opt not in ('auto', 'lamb', 'adam'): raise ValueError(f"`opt` must be 'auto', 'lamb' or 'adam', not {opt!r}")
+    if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")
+    if epochs < 1: raise ValueError(f"`epochs` must be at least 1, not {epochs}")
+    if bs is not None and bs < 1: raise ValueError(f"`bs` must be a positive number of rows, not {bs}")
+
+def finished(out:Path, epochs:int, resume:bool)->bool:
+    "With `resume`: True (and says so) when the run in `out` already trained `epochs`; an error when it has no checkpoint"
+    ck = out/'checkpoint.pth'
+    if not resume: return False
+    if not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
+    if (st := torch.load(ck, map_location='cpu', weights_only=False))['epoch'] < epochs: return False
+    print(f"`resume`: {ck} is of a finished run ({st['epoch']} epochs): nothing to train, and {out/'metrics.json'} is left "
+          f"as it is; pass more `--epochs` to train on, or a new `--out`")
+    return True
+
+def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid_pct:float, mem_bytes:int, groups:list,
+              y_block:str, **cols)->tuple:
+    "(loaders, their `TabularGPU`, y_block, group columns, batch size): a processed folder streamed, other data read and processed"
+    world = max(num_distrib(), 1)
+    if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
+        bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
+        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
+        to = dls.train_ds
+        return dls, to, 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression', groups, bs
+    df,cols = read_data(data, rows, gpu, seed, **cols)
+    for g in groups:  # the raw ids, beside their processed copy
+        if g not in df.columns: raise ValueError(f"`group_names`: no column {g!r} in the data")
+        df[f'{g}_group'] = df[g]
+    groups = [f'{g}_group' for g in groups]
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
+                    y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
+    del df
+    bs = ifnone(bs, auto_bs(len(to.train), world))
+    return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
+
+def build_step(dls, to, y_block:str, layers:str, emb_dim:str|None, no_bn:bool, fastai_model:bool, opt:str, metrics:list, out:Path,
+               precision:str)->Learner:
+    "The learner: model, optimizer (`ExcludeEmbeddings` with LAMB), metrics and precision"
+    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=parse_sizes(emb_dim, list(to.cat_names)),
+                            config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
+                            opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
+                            y_range=target_range(to) if y_block=='regression' else None)
+    if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
+    if precision=='bf16': learn.to_bf16()
+    if precision=='fp16': learn.to_fp16()
+    return learn
+
+def fit_step(learn, epochs:int, lr:float, cbs:list, stopped, ph, sync_bn:bool, bf16_grads:bool, sparse_embeddings:bool,
+             validate:bool)->tuple:
+    "(the kept epoch's metrics or None, the sparse tables): `fit_one_cycle` under `distrib_ctx`, then `validate` on every rank"
+    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=None if sparse_embeddings else False)):
+        learn.fit_one_cycle(epochs, lr, cbs=cbs)
+        ph.lap('fit')
+        sparse = getattr(learn, 'sparse_embedding_grads', None)
+        return (learn.validate() if validate and not stopped() else None), (sparse.names if sparse is not None else [])
+
+def report_step(learn, out:Path, ph, timer, final, **info)->dict:
+    "metrics.json (metrics, `info`, phases, bytes saved) and the printed summary of a run"
+    saved = sum(f.stat().st_size for f in (out/'model').iterdir())
+    vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:] if final is None else final)
+    res = {k: float(v) for k,v in vals if v is not None}
+    rows = timer.batches*info['bs']*info['world_size']
+    res.update(info, train_rows_s=rows/timer.seconds if timer.seconds else None, phases_s=ph.s, total_s=sum(ph.s.values()),
+               saved_bytes=saved, save_gb_s=saved/ph.s['save']/1e9 if ph.s['save'] else None)
+    (out/'metrics.json').write_text(json.dumps(res, indent=1))
+    print(f"{info['world_size']} process(es) on {torch.device(info['device']).type}: "
+          + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names)
+          + f"; training {res['train_rows_s'] or 0:,.0f} rows/s; {ph}; saved to {out}")
+    if info['baseline'] is not None: report_baseline(info['baseline'], res)
+    return res
+
+# %% ../nbs/08_train.ipynb #5d2e8b17
 @call_parse
 def main(
     data:str='movielens', # 'movielens', 'synth', 'synth-criteo' (`--rows`), a .parquet/.csv file, parquet folder/glob, a processed folder
@@ -159,7 +238,7 @@ def main(
     bs:int=None, # Batch size of each process (default: `auto_bs`, about 500 steps an epoch)
     lr:float=None, # Maximum learning rate (default: `pick_lr`: `lr_find`'s valley in one process, a rule in several)
     epochs:int=3, # Epochs of `fit_one_cycle`
-    opt:str='auto', # 'lamb' (`ForeachLamb`, embeddings without the trust ratio), 'adam' (fastai's), or 'auto': LAMB from 16,384 rows a step (all processes), else Adam
+    opt:str='auto', # 'lamb' (`ForeachLamb`, no trust ratio on embeddings), 'adam' (fastai's), 'auto': LAMB from 16,384 rows a step
     precision:str='fp32', # 'fp32', 'bf16' (`to_bf16`) or 'fp16' (`to_fp16`, with a gradient scaler)
     out:str='fgt_run', # Output folder: checkpoint, model, procs, metrics
     seed:int=42, # Seed of the split, the weights and the batch order
@@ -167,7 +246,7 @@ def main(
     checkpoint_every:int=0, # Also checkpoint every this many training batches (0: at the end of each epoch only)
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
     bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
-    sparse_embeddings:store_true=False, # Exchange only the embedding rows a step touched, for the tables `sparse_tables` picks (slower on 2 H200s)
+    sparse_embeddings:store_true=False, # Exchange only the embedding rows a step touched (tables by `sparse_tables`; slower on 2 H200s)
     no_bn:store_true=False, # No BatchNorm in the model (fastai's `use_bn` and `bn_cont` off)
     fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
@@ -180,67 +259,34 @@ def main(
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
-    if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
-    if opt not in ('auto', 'lamb', 'adam'): raise ValueError(f"`opt` must be 'auto', 'lamb' or 'adam', not {opt!r}")
-    if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")
-    if epochs < 1: raise ValueError(f"`epochs` must be at least 1, not {epochs}")
-    if bs is not None and bs < 1: raise ValueError(f"`bs` must be a positive number of rows, not {bs}")
-    ck = Path(out)/'checkpoint.pth'
-    if resume and not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
-    if resume and (st := torch.load(ck, map_location='cpu', weights_only=False))['epoch'] >= epochs:
-        print(f"`resume`: {ck} is of a finished run ({st['epoch']} epochs): nothing to train, and {Path(out)/'metrics.json'} is left "
-              f"as it is; pass more `--epochs` to train on, or a new `--out`")
-        return None
+    check_args(y_block, opt, precision, epochs, bs)
+    out = Path(out)
+    if finished(out, epochs, resume): return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
-    device,world,out = state.device,max(num_distrib(), 1),Path(out)
+    device,world = state.device,max(num_distrib(), 1)
     if device.type == 'cpu': device = torch.device('cpu')  # not 'cpu:0', which torch.load cannot map back
-    gpu = device.type=='cuda' and gpu_available()
     if precision != 'fp32' and device.type != 'cuda':
         warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
     if deterministic:
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
     ph = Phases()
-    groups = [o for o in (group_names or '').split(',') if o]
-    if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
-        bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
-        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
-        to = dls.train_ds
-        y_block = 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression'
-    else:
-        df,cols = read_data(data, rows, gpu, seed, cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
-        for g in groups:  # the raw ids, beside their processed copy
-            if g not in df.columns: raise ValueError(f"`group_names`: no column {g!r} in the data")
-            df[f'{g}_group'] = df[g]
-        groups = [f'{g}_group' for g in groups]
-        to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
-                        y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
-        del df
-        bs = ifnone(bs, auto_bs(len(to.train), world))
-        dls = to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups)
+    dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda' and gpu_available(), seed, device, bs, valid_pct, mem_bytes,
+                                         [o for o in (group_names or '').split(',') if o], y_block,
+                                         cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
     if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
     metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     base = baseline(to, y_block)
     ph.lap('data')
-    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=parse_sizes(emb_dim, list(to.cat_names)),
-                            config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
-                            opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
-                            y_range=target_range(to) if y_block=='regression' else None)
-    if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
-    if precision=='bf16': learn.to_bf16()
-    if precision=='fp16': learn.to_fp16()
-    timer,stop = TrainTimer(),StopAfter(stop_after)
+    learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision)
+    ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
     if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
     ph.lap('model')
     if lr is None: lr = pick_lr(learn, out, opt, resume); ph.lap('lr_find')
-    with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=None if sparse_embeddings else False)):
-        learn.fit_one_cycle(epochs, lr, cbs=cbs)
-        ph.lap('fit')
-        sparse = getattr(learn, 'sparse_embedding_grads', None)
-        sparse = sparse.names if sparse is not None else []
-        final = None if stop.stopped or last or not dls.valid.n else learn.validate()  # the kept (best) epoch's metrics, every rank
+    final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
+                            validate=not last and bool(dls.valid.n))
     if stop.stopped or rank_distrib(): return learn
     fit = ph.s.pop('fit')
     ph.s.update(train=timer.seconds, validation=timer.valid_seconds,
@@ -248,16 +294,8 @@ def main(
     ph.lap('validation')
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     ph.lap('save')
-    saved = sum(f.stat().st_size for f in (out/'model').iterdir())
-    vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:] if final is None else final)
-    res = {k: float(v) for k,v in vals if v is not None}
-    res.update(baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision, train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None,
-               phases_s=ph.s, total_s=sum(ph.s.values()), saved_bytes=saved, save_gb_s=saved/ph.s['save']/1e9 if ph.s['save'] else None,
-               device=str(device), sparse_tables=sparse)
-    (out/'metrics.json').write_text(json.dumps(res, indent=1))
-    print(f"{world} process(es) on {device.type}: " + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names) +
-          f"; training {res['train_rows_s'] or 0:,.0f} rows/s; {ph}; saved to {out}")
-    if base is not None: report_baseline(base, res)
+    report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
+                device=str(device), sparse_tables=sparse)
     return learn
 
 # %% ../nbs/08_train.ipynb #84637bc0
@@ -269,7 +307,8 @@ def predict(
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
 )->pd.DataFrame:
     "Score the rows of `data` with a run folder's model: `pred` (the class or value) and, for a classifier, `prob_<class>`"
-    if model is None or data is None: raise ValueError("`fgt-predict` needs `--model` (a run folder) and `--data` (a .parquet or .csv file)")
+    if model is None or data is None:
+        raise ValueError("`fgt-predict` needs `--model` (a run folder) and `--data` (a .parquet or .csv file)")
     folder = Path(model)
     if (folder/'model'/'model.json').exists(): folder = folder/'model'
     if Path(out).suffix not in ('.parquet', '.csv'): raise ValueError(f"`out` must end in .parquet or .csv, not {out!r}")
@@ -281,8 +320,11 @@ def predict(
     preds = learn.get_preds(dl=learn.dls.test_dl(df))[0].float()
     cat = next((p for p in learn.dls.train_ds.procs if isinstance(p, Categorize)), None)
     if cat is not None:
-        res = pd.DataFrame({'pred': np.asarray(cat.vocab)[preds.argmax(1).numpy()], **{f'prob_{v}': preds[:,i].numpy() for i,v in enumerate(cat.vocab)}})
-    else: res = pd.DataFrame({f'pred_{n}' if preds.shape[1] > 1 else 'pred': preds[:,i].numpy() for i,n in enumerate(learn.dls.train_ds.y_names)})
+        probs = {f'prob_{v}': preds[:,i].numpy() for i,v in enumerate(cat.vocab)}
+        res = pd.DataFrame({'pred': np.asarray(cat.vocab)[preds.argmax(1).numpy()], **probs})
+    else:
+        ys = learn.dls.train_ds.y_names
+        res = pd.DataFrame({f'pred_{n}' if preds.shape[1] > 1 else 'pred': preds[:,i].numpy() for i,n in enumerate(ys)})
     (res.to_parquet if Path(out).suffix=='.parquet' else res.to_csv)(out, index=False)
     print(f"{len(res):,} rows scored with {folder}: {out}")
     return res

@@ -16,5 +16,6 @@ to = ranked_data()
 learn = tabular_learner(to.dataloaders(bs=250, extra_names=['user', 'rating_gain'], device='cpu', seed=0), layers=[16], metrics=METRICS(),
                         config=tabular_config(use_bn=False, bn_cont=False))
 with learn.distrib_ctx(sync_bn=False): learn.fit(1, 1e-2)
-(out/f'rank{rank_distrib()}.json').write_text(json.dumps(dict(values=[float(v) for v in learn.recorder.values[-1][1:]])))  # not the training loss: each rank's own
+# not the training loss: each rank's own
+(out/f'rank{rank_distrib()}.json').write_text(json.dumps(dict(values=[float(v) for v in learn.recorder.values[-1][1:]])))
 if rank_distrib() == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')

@@ -13,7 +13,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 from accelerate import PartialState
-from fastai.tabular.all import Learner, Adam, CrossEntropyLossFlat, GradientAccumulation, set_seed, tabular_config, rank_distrib, num_distrib
+from fastai.tabular.all import (Learner, Adam, CrossEntropyLossFlat, GradientAccumulation, set_seed, tabular_config, rank_distrib,
+                                num_distrib)
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.backend import gpu_available
 from fastai_gpu_tabular.learner import tabular_learner
@@ -58,8 +59,10 @@ def plain(opt, n_acc, steps, bf16=False):
     return learn.model.state_dict()
 
 tables = {}
-for case,opt,sparse,n_acc,bf16 in [('lamb', ForeachLamb, None, 1, False), ('adam', Adam, None, 1, False), ('lamb_all', ForeachLamb, True, 1, False),
-                                   ('lamb_acc', ForeachLamb, None, 2, False), ('lamb_off', ForeachLamb, False, 1, False)] + [('lamb_bf16', ForeachLamb, None, 1, True)]*gpu:
+CASES = [('lamb', ForeachLamb, None, 1, False), ('adam', Adam, None, 1, False), ('lamb_all', ForeachLamb, True, 1, False),
+         ('lamb_acc', ForeachLamb, None, 2, False), ('lamb_off', ForeachLamb, False, 1, False)]
+CASES += [('lamb_bf16', ForeachLamb, None, 1, True)]*gpu
+for case,opt,sparse,n_acc,bf16 in CASES:
     sd, tables[case] = ours(opt, sparse, n_acc, 5, bf16)
     torch.save({k: v.cpu() for k,v in sd.items()}, out/f'{case}_ours_rank{rank}.pt')
     torch.save({k: v.cpu() for k,v in plain(opt, n_acc, 5, bf16).items()}, out/f'{case}_plain_rank{rank}.pt')

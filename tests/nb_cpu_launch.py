@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py: the docs' CPU notebook_launcher example (2 gloo processes, `distrib_ctx(in_notebook=True)`) as a script."""
+"""Run by tests/test_distributed.py: the docs' CPU notebook_launcher example (2 gloo processes, `distrib_ctx(in_notebook=True)`)."""
 from accelerate import notebook_launcher
 def train_cpu():
     from fastai.tabular.all import RocAucBinary, rank_distrib, num_distrib

@@ -22,14 +22,15 @@ def test_defaults_beat_the_baseline_and_predict_reads_the_run(diamonds, tmp_path
     assert m['opt'] == 'adam' and m['bs'] == auto_bs(16_000) == 64
     assert m['_rmse'] < 0.25 * m['baseline']['value'] and 'baseline (the mean, always): rmse' in capsys.readouterr().out
     assert json.loads((tmp_path/'run'/'lr.json').read_text())['how'] == "lr_find's valley"
-    assert json.loads((tmp_path/'run'/'best.json').read_text())['valid_loss'] == pytest.approx(m['valid_loss'], rel=1e-5)  # the kept epoch's
+    # the kept epoch's
+    assert json.loads((tmp_path/'run'/'best.json').read_text())['valid_loss'] == pytest.approx(m['valid_loss'], rel=1e-5)
     assert sorted(p.name for p in (tmp_path/'run'/'model').iterdir()) == ['model.json', 'model.safetensors', 'procs']
     new = pd.read_parquet(diamonds).drop(columns=['log_price']).iloc[:300]
     new.to_csv(tmp_path/'new.csv', index=False)
     res = predict(model=str(tmp_path/'run'), data=str(tmp_path/'new.csv'), out=str(tmp_path/'p.parquet'), cpu=True)
     assert pd.read_parquet(tmp_path/'p.parquet').equals(res) and len(res) == 300 and list(res.columns) == ['pred']
-    r = subprocess.run(['fgt-predict', '--model', str(tmp_path/'run'), '--data', str(tmp_path/'new.csv'), '--out', str(tmp_path/'q.csv'), '--cpu'],
-                       capture_output=True, text=True)
+    r = subprocess.run(['fgt-predict', '--model', str(tmp_path/'run'), '--data', str(tmp_path/'new.csv'), '--out', str(tmp_path/'q.csv'),
+                        '--cpu'], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     np.testing.assert_allclose(pd.read_csv(tmp_path/'q.csv')['pred'].to_numpy(), res['pred'].to_numpy(), rtol=1e-5)
     learn = load_run(tmp_path/'run'/'model', device='cpu')
@@ -40,7 +41,8 @@ def test_defaults_beat_the_baseline_and_predict_reads_the_run(diamonds, tmp_path
 
 def test_a_model_that_does_not_beat_the_baseline_is_named(tmp_path):
     rng = np.random.default_rng(0)
-    pd.DataFrame({'a': rng.integers(0, 5, 3_000), 'x': rng.normal(size=3_000), 'y': rng.random(3_000) < 0.9}).to_parquet(tmp_path/'noise.parquet')
+    pd.DataFrame({'a': rng.integers(0, 5, 3_000), 'x': rng.normal(size=3_000),
+                  'y': rng.random(3_000) < 0.9}).to_parquet(tmp_path/'noise.parquet')
     with pytest.warns(UserWarning, match='does not beat always guessing the majority class'):
         main(data=str(tmp_path/'noise.parquet'), cat_names='a', cont_names='x', y_names='y', cpu=True, epochs=1, out=str(tmp_path/'r'))
 
@@ -56,3 +58,26 @@ def test_only_the_target_named_splits_the_other_columns_as_fastai(diamonds, tmp_
     learn = main(data=str(diamonds), y_names='log_price', y_block='regression', cpu=True, epochs=1, out=str(tmp_path/'t'))
     to = learn.dls.train_ds
     assert list(to.cat_names) == ['cut', 'color', 'clarity'] and list(to.cont_names) == ['carat', 'depth', 'table', 'x', 'y', 'z']
+
+def test_main_steps_one_by_one_equal_main(tmp_path):
+    "`main`'s named steps, called alone, train the same model and report the same metrics as `main` (one process, CPU)"
+    from pathlib import Path
+    from fastai.tabular.all import set_seed
+    from fastai_gpu_tabular.train import (check_args, finished, read_step, build_step, fit_step, report_step, parse_metrics,
+                                          baseline, Phases, TrainTimer)
+    from fastai_gpu_tabular.learner import save_run
+    with pytest.raises(ValueError, match="`opt` must be"): check_args('category', 'sgd', 'fp32', 1, None)
+    with pytest.raises(FileNotFoundError, match='no checkpoint'): finished(tmp_path/'none', 1, resume=True)
+    kw = dict(data='synth', rows=3_000, epochs=1, bs=256, lr=1e-2, cpu=True, layers='32', opt='adam', last=True)
+    main(out=str(tmp_path/'main'), **kw)
+    want = json.loads((tmp_path/'main'/'metrics.json').read_text())
+    set_seed(42); out = Path(tmp_path/'steps'); ph = Phases()
+    dls, to, y_block, groups, bs = read_step('synth', 3_000, False, 42, torch.device('cpu'), 256, 0.2, 0, [], 'category')
+    learn = build_step(dls, to, y_block, '32', None, False, False, 'adam', parse_metrics(None, groups, dls.c), out, 'fp32')
+    ph.lap('model'); timer = TrainTimer()
+    final, sparse = fit_step(learn, 1, 1e-2, [timer], lambda: False, ph, False, False, False, validate=False)
+    ph.s.update(train=timer.seconds, validation=timer.valid_seconds); save_run(learn, out/'model'); ph.lap('save')
+    got = report_step(learn, out, ph, timer, final, baseline=baseline(to, y_block), world_size=1, bs=bs, lr=1e-2, opt='adam',
+                      precision='fp32', device='cpu', sparse_tables=sparse)
+    assert json.loads((out/'metrics.json').read_text())['accuracy'] == got['accuracy']
+    for k in ('accuracy', 'roc_auc_score', 'valid_loss'): assert got[k] == pytest.approx(want[k], abs=1e-6), k

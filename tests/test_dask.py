@@ -125,13 +125,16 @@ def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
     ddf = dd.from_pandas(df, npartitions=3, sort=False)
     with dask.config.set(scheduler='sync'):
         with pytest.raises(ValueError, match="'nope'"): TabularDask(ddf, **{**kw, 'cat_names': ['nope']})
-        mixed = dd.from_delayed([dask.delayed(df.iloc[:1000]), dask.delayed(df.iloc[1000:].astype({'userId': 'float64'}))], meta=df.iloc[:0])
+        mixed = dd.from_delayed([dask.delayed(df.iloc[:1000]), dask.delayed(df.iloc[1000:].astype({'userId': 'float64'}))],
+                                meta=df.iloc[:0])
         with pytest.raises(ValueError, match="'userId' has different dtypes"): TabularDask(mixed, **kw)
-        with pytest.raises(ValueError, match="'year' has only missing values"): TabularDask(dd.from_pandas(df.assign(year=np.nan), npartitions=2), **kw)
+        with pytest.raises(ValueError, match="'year' has only missing values"):
+            TabularDask(dd.from_pandas(df.assign(year=np.nan), npartitions=2), **kw)
         with pytest.raises(ValueError, match='training split is empty'): TabularDask(ddf, splits=RandomRowSplit(1.0), **kw)
         td = TabularDask(ddf, splits=RandomRowSplit(0.2), **kw)
         real = tdm._write
-        monkeypatch.setattr(tdm, '_write', lambda p, f, i, *a: (_ for _ in ()).throw(OSError('worker lost')) if i == 2 else real(p, f, i, *a))
+        lost = lambda p, f, i, *a: (_ for _ in ()).throw(OSError('worker lost')) if i == 2 else real(p, f, i, *a)
+        monkeypatch.setattr(tdm, '_write', lost)
         with pytest.raises(OSError, match='worker lost'): td.to_parquet(tmp_path/'out')
     assert not list(tmp_path.iterdir())  # no output, and no temporary folder left behind
 
@@ -163,8 +166,9 @@ def test_a_cluster_started_from_the_command_line(tmp_path):
     df = synth_movielens(5_000, n_users=300, n_items=100, gpu=False).drop(columns=['genres'])
     df.to_parquet(tmp_path/'in.parquet')
     addr, env = f'tcp://127.0.0.1:{_free_port()}', dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, '-m', 'distributed.cli.dask_scheduler', '--host', '127.0.0.1', '--port', addr.rsplit(':', 1)[1],
-                               '--no-dashboard'], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    sched = [sys.executable, '-m', 'distributed.cli.dask_scheduler', '--host', '127.0.0.1', '--no-dashboard',
+             '--port', addr.rsplit(':', 1)[1]]
+    procs = [subprocess.Popen(sched, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
         time.sleep(2)
         procs += [subprocess.Popen([sys.executable, '-m', 'distributed.cli.dask_worker', addr, '--nthreads', '1', '--no-dashboard'],
@@ -178,8 +182,9 @@ from fastai_gpu_tabular.tabular import RandomRowSplit
 from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
 client = Client({addr!r}); client.wait_for_workers(2, timeout=60)
 assert dask_client() is client and len(client.scheduler_info()['workers']) == 2  # the active client is the one used
-TabularDask(dd.read_parquet({str(tmp_path/'in.parquet')!r}, split_row_groups=True), procs=[Categorify, FillMissing, Normalize], cat_names=['userId','movieId'],
-            cont_names=['days','year'], y_names='target', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, 3), progress=False).to_parquet({str(tmp_path/'out')!r})
+TabularDask(dd.read_parquet({str(tmp_path/'in.parquet')!r}, split_row_groups=True), procs=[Categorify, FillMissing, Normalize],
+            cat_names=['userId','movieId'], cont_names=['days','year'], y_names='target', y_block=CategoryBlock(),
+            splits=RandomRowSplit(0.2, 3), progress=False).to_parquet({str(tmp_path/'out')!r})
 """
         r = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]

@@ -69,7 +69,8 @@ def test_two_ranks_at_half_batch_match_one_process(tmp_path):
 
 @pytest.mark.parametrize('n', [1, 2])
 def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
-    common = ('--bs', 800 // n, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32') + ('--sparse-embeddings',)*(n == 2)  # 9,600 rows: 12 batches an epoch
+    # 9,600 rows: 12 batches an epoch
+    common = ('--bs', 800 // n, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32') + ('--sparse-embeddings',)*(n == 2)
     whole = train(tmp_path, 'whole', n, *common)
     cut = train(tmp_path, 'cut', n, *common, '--stop-after', 17)   # stopped after 5 batches of the second epoch
     assert not (cut/'model').exists() and (cut/'checkpoint.pth').exists()
@@ -84,7 +85,8 @@ def check_sparse(out, tol=1e-6):
     "dist_sparse_worker.py's parameters: ours as plain DDP's (bit for bit with the sparse path off), every rank alike"
     tables = json.loads((out/'tables_rank0.json').read_text())
     assert tables == json.loads((out/'tables_rank1.json').read_text())
-    large, small = ['embeds.0.weight', 'embeds.1.weight'], ['embeds.2.weight', 'embeds.3.weight', 'bags.0.weight']  # users, movies; hour, year_na, genres
+    # users, movies; hour, year_na, genres
+    large, small = ['embeds.0.weight', 'embeds.1.weight'], ['embeds.2.weight', 'embeds.3.weight', 'bags.0.weight']
     assert tables.pop('nosync', large) == large  # GPUs only: trained under `CheckNoSync` with users and movies sparse
     assert {c: large + small if c == 'lamb_all' else [] if c == 'lamb_off' else large for c in tables} == tables
     for case in tables:
@@ -94,7 +96,8 @@ def check_sparse(out, tol=1e-6):
             if case == 'lamb_off': assert torch.equal(ours[0][k], plain[0][k]), (case, k)
             else:
                 t = 1e-3 if case == 'lamb_bf16' else tol  # bf16 rows added in fp32 here, in bf16 by DDP's hook
-                torch.testing.assert_close(ours[0][k], plain[0][k], rtol=t, atol=t*plain[0][k].abs().max().item(), msg=lambda m: f'{case} {k}: {m}')
+                torch.testing.assert_close(ours[0][k], plain[0][k], rtol=t, atol=t*plain[0][k].abs().max().item(),
+                                           msg=lambda m: f'{case} {k}: {m}')
 
 def test_sparse_embedding_grads_equal_plain_ddp(tmp_path):
     "LAMB, Adam, 2 batches accumulated, every table sparse, the sparse path off, and bf16 rows, after 5 steps on 2 gloo ranks"

@@ -26,7 +26,8 @@ def assert_same(p, g):
         np.testing.assert_allclose(gi[n].to_numpy(), p.items[n].to_numpy(), rtol=1e-6, atol=1e-7, err_msg=n)
     for n in p.mh_names: assert [list(o) for o in gi[n]] == [list(o) for o in p.items[n]], n
     for n in p.y_names:
-        if n in p.items.columns: np.testing.assert_allclose(gi[n].to_numpy(np.float64), p.items[n].to_numpy(np.float64), rtol=1e-6, err_msg=n)
+        if n in p.items.columns: np.testing.assert_allclose(gi[n].to_numpy(np.float64), p.items[n].to_numpy(np.float64), rtol=1e-6,
+                                                            err_msg=n)
     for n,c in getattr(p, 'classes', {}).items(): assert list(c) == list(g.classes[n]), n
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -37,7 +38,8 @@ def test_cudf_equals_pandas_random(d):
 def test_cudf_equals_pandas_constant_float32_column():
     "Regression: one training value in a float32 column (std 0) once normalised to +1.19 on pandas and -1.19 on cuDF"
     df = pd.DataFrame({'ci': [np.nan]*5 + [0.] + [np.nan]*3, 'cs': [None]*5 + ['a'] + [None]*3, 'cc': [7]*9,
-                       'mh': pd.Series([None]*5 + [''] + [None]*3, dtype=object), 'xf': np.array([np.nan]*5 + [1.603822] + [np.nan]*3, np.float32),
+                       'mh': pd.Series([None]*5 + [''] + [None]*3, dtype=object),
+                       'xf': np.array([np.nan]*5 + [1.603822] + [np.nan]*3, np.float32),
                        'xi': [0]*9, 'yc': ['no']*9, 'yr': [0.]*9})
     _check_random((df, 6))
 

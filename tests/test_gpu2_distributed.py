@@ -43,7 +43,8 @@ def test_two_gpus_resumed_run_ends_like_a_whole_run(tmp_path, precision):
 def test_notebook_launcher_trains_on_both_gpus(tmp_path):
     import subprocess, sys, os
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
-    r = subprocess.run([sys.executable, 'tests/nb_launch.py', str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, 'tests/nb_launch.py', str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
     assert (r0['device'], r1['device']) == ('cuda:0', 'cuda:1') and (r0['loader_device'], r1['loader_device']) == ('cuda:0', 'cuda:1')

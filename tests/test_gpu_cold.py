@@ -39,7 +39,8 @@ def test_procs_compile_no_cupy_kernel_in_a_fresh_process():
         import cudf; df = cudf.from_pandas(df)
         names.clear()  # what building the frame needed is not the procs'
         schema = {k: list(v) if isinstance(v, tuple) else v for k, v in BENCH_SCHEMA.items()}
-        TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df), 0.2, 42), y_block=CategoryBlock(), **schema)
+        TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df), 0.2, 42), y_block=CategoryBlock(),
+                   **schema)
         print(json.dumps(names))''')
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, CUPY_CACHE_DIR=d))

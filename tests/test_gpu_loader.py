@@ -37,7 +37,8 @@ def test_epochs_and_shards_on_device():
     assert dls.train.device.type == 'cuda' and dls.one_batch()[0].is_cuda
     e0, e1 = rows(dls.train), rows(dls.train)
     assert len(e0) == len(dls.train) * 1000 and not torch.equal(e0, e1)
-    val = torch.cat([torch.cat([b[0] for b in BatchDataLoader(g.valid, bs=333, rank=r, world_size=3, seed=0, device="cuda")]) for r in range(3)])
+    val = torch.cat([torch.cat([b[0] for b in BatchDataLoader(g.valid, bs=333, rank=r, world_size=3, seed=0,
+                                                              device="cuda")]) for r in range(3)])
     assert len(val) == len(g.valid) and torch.equal(val.sort(0).values, TabTensors(g.valid, 'cuda').cats.sort(0).values)
 
 def test_host_mode_gives_the_same_batches():
@@ -79,7 +80,8 @@ def test_training_on_gpu_and_export_to_cpu(tmp_path):
     code = (f"import torch; from fastai.tabular.all import load_learner; import fastai_gpu_tabular.all, pandas as pd\n"
             f"l = load_learner({str(tmp_path/'learn.pkl')!r}, cpu=True)\n"
             f"print(l.predict(pd.read_pickle({str(tmp_path/'row.pkl')!r}))[2].tolist())")
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**__import__('os').environ, 'CUDA_VISIBLE_DEVICES': ''})
+    env = {**__import__('os').environ, 'CUDA_VISIBLE_DEVICES': ''}
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     probs = eval(out.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(probs, learn.predict(row)[2].cpu().tolist(), rtol=1e-4, atol=1e-5)

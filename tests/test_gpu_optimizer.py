@@ -37,7 +37,8 @@ def test_fused_through_learner_matches_fastai_lamb():
     for wd, wd_bn_bias in [(0.1, False), (0.1, True)]:
         ours, theirs = trained(ForeachLamb, wd, wd_bn_bias, device='cuda'), trained(Lamb, wd, wd_bn_bias, device='cuda')
         assert ours.opt._tables and next(ours.model.parameters()).is_cuda
-        for (n, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()): torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
+        for (n, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
 
 @pytest.mark.parametrize('fused', [True, False])
 def test_step_has_no_host_sync(fused):

@@ -58,6 +58,7 @@ def test_ranking_metrics_equal_torchmetrics_on_tie_free_data():
     g = torch.Generator().manual_seed(0)
     groups = torch.randint(0, 500, (50_000,), generator=g).cuda()
     preds, targs = torch.randperm(50_000, generator=g).float().cuda(), (torch.rand(50_000, generator=g) < 0.2).long().cuda()
-    for ours, theirs in ((mrr(preds, targs, groups), RetrievalMRR()), (ndcg_at_k(preds, targs, groups, 10), RetrievalNormalizedDCG(top_k=10))):
+    pairs = ((mrr(preds, targs, groups), RetrievalMRR()), (ndcg_at_k(preds, targs, groups, 10), RetrievalNormalizedDCG(top_k=10)))
+    for ours, theirs in pairs:
         theirs = theirs.cuda(); theirs.update(preds, targs.bool(), indexes=groups)
         assert abs(float(ours) - float(theirs.compute())) < 1e-6

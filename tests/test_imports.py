@@ -14,7 +14,8 @@ print(type(dls.train).__name__, type(dls).__name__, type(dls.valid).__name__)"""
     assert out == ['BatchDataLoader', 'TabularDataLoaders', 'BatchDataLoader']
 
 def test_all_exports_the_user_api_only():
-    out = run("import fastai_gpu_tabular.all as m; print(*[n for n in ('main', 'to_pandas', 'shrink', 'value_counts', 'TabularGPU') if n in m.__all__])")
+    names = ('main', 'to_pandas', 'shrink', 'value_counts', 'TabularGPU')
+    out = run(f"import fastai_gpu_tabular.all as m; print(*[n for n in {names} if n in m.__all__])")
     assert out == ['TabularGPU']
 
 def test_no_import_cycle_between_modules():
@@ -27,8 +28,10 @@ def test_no_import_cycle_between_modules():
         mods = set()
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module: mods.add(node.module.split('.')[0])
-            elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith('fastai_gpu_tabular.'): mods.add(node.module.split('.')[1])
-            elif isinstance(node, ast.Import): mods |= {a.name.split('.')[1] for a in node.names if a.name.startswith('fastai_gpu_tabular.')}
+            elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith('fastai_gpu_tabular.'):
+                mods.add(node.module.split('.')[1])
+            elif isinstance(node, ast.Import):
+                mods |= {a.name.split('.')[1] for a in node.names if a.name.startswith('fastai_gpu_tabular.')}
         deps[f.stem] = mods - {f.stem}
     assert deps['loader'] and 'tabular' in deps['tabular_dask']  # the parse found the imports
     graphlib.TopologicalSorter(deps).prepare()  # raises CycleError naming the cycle

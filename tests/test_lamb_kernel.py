@@ -18,7 +18,8 @@ O._Table.step = lambda self, *a: (calls.append(len(self.BP)), step(self, *a))[1]
 O.ForeachLamb._can_fuse = lambda self, ps, sts: True  # CPU tensors: the interpreter runs the kernels
 for wd, wd_bn_bias in [(0., False), (0.1, False), (0.1, True)]:
     ours, theirs = trained(O.ForeachLamb, wd, wd_bn_bias), trained(Lamb, wd, wd_bn_bias)
-    for (n, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()): torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
+    for (n, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
 assert len(calls) == 9 and calls[0] > len(list(ours.model.parameters())), calls
 def run(opt_func, **kw):
     torch.manual_seed(0)
@@ -39,6 +40,7 @@ print('ok', calls)
 '''
 
 def test_fused_kernels_match_fastai_lamb_in_interpreter():
-    env = {**os.environ, 'TRITON_INTERPRET': '1', 'PYTHONPATH': os.pathsep.join([str(Path(__file__).parent), os.environ.get('PYTHONPATH', '')])}
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get('PYTHONPATH', '')])
+    env = {**os.environ, 'TRITON_INTERPRET': '1', 'PYTHONPATH': path}
     r = subprocess.run([sys.executable, '-c', SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]

@@ -20,7 +20,8 @@ def value(metric, batches):
     metric.reset()
     for p, t in batches:
         y = torch.as_tensor(t)
-        metric.accumulate(SimpleNamespace(pred=torch.as_tensor(p), y=y, yb=(y,), dl=None, extras=None, training=False, to_detach=fai.to_detach))
+        metric.accumulate(SimpleNamespace(pred=torch.as_tensor(p), y=y, yb=(y,), dl=None, extras=None, training=False,
+                                          to_detach=fai.to_detach))
     return metric.value
 
 rng = np.random.default_rng(0)

@@ -32,7 +32,8 @@ def test_equal_brute_force_and_sklearn(data, k, base, empty_as_zero):
     refs = {i: (*brute(p[g == i], t[g == i], k), ndcg_ref(p[g == i], t[g == i], k)) for i in ids}
     has = {i: t[g == i].max() > 0 for i in ids}
     counted = [i for i in ids if has[i] or empty_as_zero]
-    want = [np.sum([refs[i][j] if has[i] else 0. for i in counted]) / len(counted) if counted else np.nan for j in range(3)]  # no group: NaN
+    # no group: NaN
+    want = [np.sum([refs[i][j] if has[i] else 0. for i in counted]) / len(counted) if counted else np.nan for j in range(3)]
     P, T, G = torch.tensor(p), torch.tensor(t), torch.tensor(g)
     got = [float(mrr(P, T, G, empty_as_zero)), float(recall_at_k(P, T, G, k, empty_as_zero)), float(ndcg_at_k(P, T, G, k, empty_as_zero))]
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
@@ -97,7 +98,8 @@ import fastai_gpu_tabular.stream
 
 def ranked_data(n=12_000):
     df = synth_movielens(n, n_users=200, n_items=150, gpu=False)
-    df['user'], df['rating_gain'] = df['userId'].astype(str), df['target']*2. + df['hour'] % 3  # raw string ids (hashed to distinct groups); graded gains
+    # raw string ids (hashed to distinct groups); graded gains
+    df['user'], df['rating_gain'] = df['userId'].astype(str), df['target']*2. + df['hour'] % 3
     return synth_tabular(df, splits=(range(int(n*.8)), range(int(n*.8), n)))
 
 METRICS = lambda: [MRR('user'), NDCGAt(10, 'user'), RecallAt(20, 'user'), NDCGAt(5, 'user', gain='rating_gain')]
@@ -124,7 +126,8 @@ def test_device_auc_equals_fastais_roc_auc_binary():
     to = ranked_data()
     set_seed(0)
     learn = tabular_learner(to.dataloaders(bs=1000, shuffle=False, extra_names=['user'], device='cpu'), layers=[16],
-                            metrics=[RocAucBinary(), DeviceRocAucBinary(), GroupAuc('user')], config=tabular_config(use_bn=False, bn_cont=False))
+                            metrics=[RocAucBinary(), DeviceRocAucBinary(), GroupAuc('user')],
+                            config=tabular_config(use_bn=False, bn_cont=False))
     learn.remove_cb(ProgressCallback)
     learn.fit(1, 1e-2)
     fai, ours, gauc = learn.recorder.values[-1][2:]
@@ -139,7 +142,8 @@ def test_streamed_pass_through_groups_give_the_in_memory_metrics(tmp_path):
     to = ranked_data()
     a = fitted(to.dataloaders(bs=1000, shuffle=False, extra_names=['user', 'rating_gain'], device='cpu')).recorder.values[-1]
     path = to.to_parquet(tmp_path/'p', pass_names=['user', 'rating_gain'], row_group_rows=700)
-    dls = TabularDataLoaders.from_processed(path, bs=1000, shuffle=False, mem_bytes=200_000, extra_names=['user', 'rating_gain'], device='cpu')
+    dls = TabularDataLoaders.from_processed(path, bs=1000, shuffle=False, mem_bytes=200_000, extra_names=['user', 'rating_gain'],
+                                            device='cpu')
     np.testing.assert_allclose(fitted(dls).recorder.values[-1], a, rtol=1e-5)
 
 def test_a_metric_without_groups_says_what_to_pass():
@@ -149,11 +153,13 @@ def test_a_metric_without_groups_says_what_to_pass():
     with pytest.raises(ValueError, match="extra_names"): learn.fit(1)
 
 def test_cli_group_names_and_metrics(tmp_path):
-    learn = main(data='synth', rows=4_000, epochs=1, bs=256, cpu=True, out=str(tmp_path/'r'), group_names='userId', metrics='auc,mrr,ndcg@10,recall@20')
+    learn = main(data='synth', rows=4_000, epochs=1, bs=256, cpu=True, out=str(tmp_path/'r'), group_names='userId',
+                 metrics='auc,mrr,ndcg@10,recall@20')
     m = json.loads((tmp_path/'r'/'metrics.json').read_text())
     assert {'roc_auc_score', 'mrr', 'ndcg@10', 'recall@20'} <= set(m) and 0 < m['ndcg@10'] <= 1
     with pytest.raises(ValueError, match='--group-names'): main(data='synth', rows=2_000, cpu=True, out=str(tmp_path/'x'), metrics='mrr')
-    with pytest.raises(ValueError, match='needs a cutoff'): main(data='synth', rows=2_000, cpu=True, out=str(tmp_path/'x'), group_names='userId', metrics='ndcg')
+    with pytest.raises(ValueError, match='needs a cutoff'):
+        main(data='synth', rows=2_000, cpu=True, out=str(tmp_path/'x'), group_names='userId', metrics='ndcg')
 
 def test_two_ranks_give_one_process_value(tmp_path):
     from test_distributed import launch
@@ -161,8 +167,8 @@ def test_two_ranks_give_one_process_value(tmp_path):
     r0, r1 = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in (0, 1)]
     assert r0['values'] == r1['values']
     to = ranked_data()
-    learn = tabular_learner(to.dataloaders(bs=500, extra_names=['user', 'rating_gain'], device='cpu', seed=0), layers=[16], metrics=METRICS(),
-                            config=tabular_config(use_bn=False, bn_cont=False))
+    learn = tabular_learner(to.dataloaders(bs=500, extra_names=['user', 'rating_gain'], device='cpu', seed=0), layers=[16],
+                            metrics=METRICS(), config=tabular_config(use_bn=False, bn_cont=False))
     learn.model.load_state_dict(torch.load(tmp_path/'model.pth', weights_only=True))
     learn.remove_cb(ProgressCallback)
     np.testing.assert_allclose(r0['values'], [float(v) for v in learn.validate()], rtol=1e-5)

@@ -27,8 +27,11 @@ def id_frame(n=3_000, seed=0):
                          'name': rng.choice([f'u{i}' for i in range(150)], n)})
 
 IDS = ['user', 'big', 'name']
-def tab(df, **kw): return TabularGPU(df, procs=PROCS, cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), splits=SPLIT, **kw)
-def same_groups(a, b): return np.array_equal(pd.factorize(np.asarray(a), use_na_sentinel=False)[0], pd.factorize(np.asarray(b), use_na_sentinel=False)[0])
+def tab(df, **kw): return TabularGPU(df, procs=PROCS, cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), splits=SPLIT,
+                                     **kw)
+def same_groups(a, b):
+    codes = lambda o: pd.factorize(np.asarray(o), use_na_sentinel=False)[0]
+    return np.array_equal(codes(a), codes(b))
 
 def valid_extras(dl):
     "The pass-through columns of every batch of loader `dl`, in order"
@@ -43,7 +46,8 @@ def check_ids(extras, df):
         assert same_groups(got, exact), n
         assert len(pd.unique(got)) == len(np.unique(exact)) == ref[n].nunique(dropna=False)
         for f in (mrr, lambda *a: ndcg_at_k(*a, k=5), lambda *a: roc_auc(*a)):
-            assert np.isclose(float(f(s, t, torch.as_tensor(got))), float(f(s, t, torch.tensor(exact))), rtol=1e-12), n  # groups summed in another order
+            # groups summed in another order
+            assert np.isclose(float(f(s, t, torch.as_tensor(got))), float(f(s, t, torch.tensor(exact))), rtol=1e-12), n
 
 def test_group_ids_stay_exact_in_memory_streamed_and_on_dask(tmp_path):
     df = id_frame()
@@ -112,8 +116,10 @@ def test_a_killed_writers_temporary_folder_is_named_and_removed(tmp_path):
     to = tab(id_frame(500))
     dead = tmp_path/'.p.tmp-0badf00d'; (dead/'train').mkdir(parents=True)
     (dead/'.writer').write_text(json.dumps(dict(host=os.uname().nodename, pid=2**22 + 12345)))  # no such process
-    live = tmp_path/'.p.tmp-1111aaaa'; live.mkdir(); (live/'.writer').write_text(json.dumps(dict(host=os.uname().nodename, pid=os.getpid())))
-    with pytest.warns(UserWarning, match=r'removed .*\.p\.tmp-0badf00d: the temporary folder of an earlier write'): to.to_parquet(tmp_path/'p')
+    live = tmp_path/'.p.tmp-1111aaaa'; live.mkdir()
+    (live/'.writer').write_text(json.dumps(dict(host=os.uname().nodename, pid=os.getpid())))
+    with pytest.warns(UserWarning, match=r'removed .*\.p\.tmp-0badf00d: the temporary folder of an earlier write'):
+        to.to_parquet(tmp_path/'p')
     assert not dead.exists() and live.exists()
 
 def processed(tmp_path, name='ok', df=None, **kw):
@@ -141,14 +147,16 @@ def test_fgt_predict_on_an_empty_file_says_so(tmp_path):
 def test_a_folder_without_its_target_is_refused_before_training(tmp_path):
     path = processed(tmp_path)
     rewrite(path, lambda t: t.drop_columns(['y']))
-    with pytest.raises(ValueError, match=r'the training rows have no target column .*\[.y.\]'): TabularDataLoaders.from_processed(path, bs=256, device='cpu')
+    with pytest.raises(ValueError, match=r'the training rows have no target column .*\[.y.\]'):
+        TabularDataLoaders.from_processed(path, bs=256, device='cpu')
     with pytest.raises(ValueError, match='no target column'): main(data=str(path), epochs=1, bs=256, cpu=True, out=str(tmp_path/'run'))
     assert len(ParquetDataLoader(path, bs=256, device='cpu')) > 0  # to predict, a folder without targets is fine
 
 def test_a_float_target_in_a_classification_folder_is_refused(tmp_path):
     path = processed(tmp_path)
     rewrite(path, lambda t: t.set_column(t.schema.get_field_index('y'), 'y', t['y'].cast('float64')))
-    with pytest.raises(ValueError, match=r"target 'y' is double, but the saved procs classify it"): TabularDataLoaders.from_processed(path, bs=256, device='cpu')
+    with pytest.raises(ValueError, match=r"target 'y' is double, but the saved procs classify it"):
+        TabularDataLoaders.from_processed(path, bs=256, device='cpu')
 
 def test_codes_outside_the_vocabulary_are_refused_naming_the_column(tmp_path):
     path = processed(tmp_path)
@@ -166,7 +174,8 @@ def test_codes_outside_the_vocabulary_are_refused_naming_the_column(tmp_path):
 
 def test_missing_continuous_values_are_refused_before_training(tmp_path):
     df = id_frame(2_000); df.loc[::50, 'x'] = np.nan
-    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), splits=SPLIT)
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(),
+                    splits=SPLIT)
     path = to.to_parquet(tmp_path/'nan', row_group_rows=300)
     with pytest.raises(ValueError, match=r"continuous column 'x' has missing or infinite values \(\d+ missing.*`FillMissing`"):
         TabularDataLoaders.from_processed(path, bs=256, device='cpu')
@@ -185,7 +194,8 @@ def test_on_the_gpu_ids_stay_exact_and_checked_metrics_do_not_sync(tmp_path):
     check_ids(valid_extras(to.dataloaders(bs=256, shuffle=False, device='cuda', extra_names=IDS).valid), df)
     path = to.to_parquet(tmp_path/'gpu', pass_names=IDS, row_group_rows=400)
     for reader in ('cudf', 'pyarrow'):
-        check_ids(valid_extras(TabularDataLoaders.from_processed(path, bs=256, shuffle=False, device='cuda', reader=reader, extra_names=IDS).valid), df)
+        check_ids(valid_extras(TabularDataLoaders.from_processed(path, bs=256, shuffle=False, device='cuda', reader=reader,
+                                                                 extra_names=IDS).valid), df)
     rng = np.random.default_rng(0)
     P, T = torch.tensor(rng.random(50_000), device='cuda')[:, None], torch.tensor(rng.integers(0, 2, 50_000), device='cuda')
     G = torch.tensor(2.**24 + rng.integers(0, 900, 50_000), device='cuda'); G[::97] = np.nan

@@ -177,11 +177,14 @@ def test_bad_input_is_named(tmp_path):
     p = broken('noprocs', lambda p: (p/'procs'/'procs.json').unlink())
     with pytest.raises(FileNotFoundError, match='no saved procs'): ParquetDataLoader(p)
     def retype(p):  # part 1 written with float64 codes
-        t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.set_column(0, 'a', t['a'].cast('float64')), p/'train'/'part.00001.parquet')
-    with pytest.raises(ValueError, match=r"column 'a' is double in .*part.00001.parquet but int32 in .*part.00000"): ParquetDataLoader(broken('types', retype))
+        t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.set_column(0, 'a', t['a'].cast('float64')),
+                                                                          p/'train'/'part.00001.parquet')
+    with pytest.raises(ValueError, match=r"column 'a' is double in .*part.00001.parquet but int32 in .*part.00000"):
+        ParquetDataLoader(broken('types', retype))
     def drop(p): t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.drop_columns(['x']), p/'train'/'part.00001.parquet')
     with pytest.raises(ValueError, match=r"part.00001.parquet has no column 'x'"): ParquetDataLoader(broken('missing', drop))
     with pytest.raises(ValueError, match=r"part.00001.parquet: cannot read it as parquet"):
         ParquetDataLoader(broken('junk', lambda p: (p/'train'/'part.00001.parquet').write_bytes(b'not parquet')))
-    with pytest.raises(ValueError, match=r"`mem_bytes`=50,000 is too small .* one batch of 4,096 rows"): ParquetDataLoader(path, bs=4096, mem_bytes=50_000)
+    with pytest.raises(ValueError, match=r"`mem_bytes`=50,000 is too small .* one batch of 4,096 rows"): ParquetDataLoader(path, bs=4096,
+                                                                                                                           mem_bytes=50_000)
     with pytest.raises(ValueError, match='mh_width'): ParquetDataLoader(path, mh_width='max')
