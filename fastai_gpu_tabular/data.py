@@ -17,7 +17,8 @@ from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
 __all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'synth_criteo',
-           'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data', 'read_dask', 'main']
+           'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data', 'parse_sizes', 'categorify',
+           'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -188,6 +189,26 @@ def read_data(
     if missing: raise ValueError(f"columns {missing} are not in {data!r}; it has {list(df.columns)}")
     return df,cols
 
+# %% ../nbs/03_data.ipynb #c8d52e31
+def parse_sizes(spec:str|None, names:list, arg:str='emb_dim', what:str='width')->dict:
+    "A number a column from the command line: one for every column of `names`, or 'name=N,...' for some (the others keep the default)"
+    if not spec: return {}
+    if '=' not in spec:
+        if not spec.isdigit() or int(spec) < 1: raise ValueError(f"`{arg}`: {spec!r} is neither a positive {what} nor 'name=N,...'")
+        return {n: int(spec) for n in names}
+    res = {}
+    for kv in spec.split(','):
+        k,_,v = kv.strip().partition('=')
+        if k not in names: raise ValueError(f"`{arg}`: {k!r} is not a categorical column; they are {', '.join(names)}")
+        if not v.isdigit() or int(v) < 1: raise ValueError(f"`{arg}`: the {what} of {k!r} must be a positive whole number, not {v!r}")
+        res[k] = int(v)
+    return res
+
+def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=())->Categorify:
+    "`Categorify` with the command line's `--freq-threshold` and `--max-size` (one number, or 'name=N,...') for the columns `names`"
+    ft,ms = (parse_sizes(s, list(names), a, w) for s,a,w in ((freq_threshold, 'freq_threshold', 'count'), (max_size, 'max_size', 'size')))
+    return Categorify(freq_threshold=ft or 1, max_size=ms or None)
+
 # %% ../nbs/03_data.ipynb #6f946626
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
@@ -225,21 +246,24 @@ def main(
     dask:store_true=False, # With `TabularDask`, partition by partition (files larger than memory; a folder or glob of parquet files)
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
     overwrite:store_true=False, # Replace `out` if it exists
+    freq_threshold:str=None, # Ids seen fewer times in training share one `#rare#` code: a number, or 'name=N,...' per column
+    max_size:str=None, # Keep at most this many ids a column, most frequent first (the rest: `#rare#`): a number, or 'name=N,...'
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
     gpu,t0 = gpu_available() and not cpu,time.perf_counter()
     names = dict(cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
-    kw = dict(procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
-              y_block=CategoryBlock() if y_block=='category' else RegressionBlock())
+    kw = dict(splits=RandomRowSplit(valid_pct, seed), y_block=CategoryBlock() if y_block=='category' else RegressionBlock())
+    procs = lambda cols: [categorify(freq_threshold, max_size, [*cols.get('cat_names', ()), *cols.get('mh_names', ())]), FillMissing,
+                          Normalize]
     if dask:
         from .tabular_dask import TabularDask, dask_client
         dask_client(gpu=gpu)
         ddf,cols = read_dask(data, gpu, rows, seed, **names)
-        to = TabularDask(ddf, **kw, **cols)
+        to = TabularDask(ddf, procs=procs(cols), **kw, **cols)
     else:
         df,cols = read_data(data, rows, gpu, seed, **names)
-        to = TabularGPU(df, **kw, **cols)
+        to = TabularGPU(df, procs=procs(cols), **kw, **cols)
     to.to_parquet(out, pass_names=_names(pass_names), overwrite=overwrite)
     info = json.loads((Path(out)/'dataset.json').read_text())
     print(f"{'TabularDask' if dask else 'TabularGPU'} on {'cuDF (GPU)' if gpu else 'pandas (CPU)'}: {data}, "

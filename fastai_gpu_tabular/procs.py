@@ -68,26 +68,33 @@ class Categorify(_FaiCategorify):
     "Categorical and multi-hot columns to fastai's codes (0 = `#na#`), on cuDF or pandas"
     order = 1
     def __init__(self,
-        freq_threshold:int=1, # Categories seen fewer times in training share the reserved `#rare#` code
-        max_size:int|None=None, # Keep at most this many categories per column, most frequent first; others are `#rare#`
+        freq_threshold:int|dict=1, # Categories seen fewer times in training share the reserved `#rare#` code ({column: n}: per column)
+        max_size:int|dict|None=None, # Keep at most this many categories, most frequent first; others are `#rare#` ({column: n}: per column)
         unseen:bool=False, # Give categories unseen in training their own `#unseen#` code instead of `#na#`'s 0
         sep:str='|', # Separator of multi-hot string columns, e.g. `"Comedy|Drama"`
     ): store_attr()
 
-    def _reserved(self): return [RARE]*(self.freq_threshold>1 or self.max_size is not None) + [UNSEEN]*self.unseen
+    def limits(self, n)->tuple:
+        "(`freq_threshold`, `max_size`) of column `n`: the number given, or its entry of a per-column dict (default 1, None)"
+        at = lambda o, d: o.get(n, d) if isinstance(o, dict) else o
+        return at(self.freq_threshold, 1), at(self.max_size, None)
+
+    def _reserved(self, n):
+        ft,ms = self.limits(n)
+        return [RARE]*(ft>1 or ms is not None) + [UNSEEN]*self.unseen
 
     def setups(self, to):
         self.vocab,self.rare = {},{}
-        for n in to.cat_names: self.vocab[n],self.rare[n] = fit_vocab(to.items[n], self.freq_threshold, self.max_size)
+        for n in to.cat_names: self.vocab[n],self.rare[n] = fit_vocab(to.items[n], *self.limits(n))
         for n in getattr(to, 'mh_names', []):
-            self.vocab[n],self.rare[n] = fit_vocab(explode_rows(to.items[n], self.sep)[0], self.freq_threshold, self.max_size)
+            self.vocab[n],self.rare[n] = fit_vocab(explode_rows(to.items[n], self.sep)[0], *self.limits(n))
         self._set_classes()
 
     def _set_classes(self):
-        self.classes = {n: Vocab(list(v)+self._reserved()) for n,v in self.vocab.items()}
+        self.classes = {n: Vocab(list(v)+self._reserved(n)) for n,v in self.vocab.items()}
 
     def _encode(self, n, s):
-        res = self._reserved()
+        res = self._reserved(n)
         code = lambda t: len(self.vocab[n])+1+res.index(t) if t in res else None
         return encode_codes(s, self._array(n), self.rare[n], code(RARE), code(UNSEEN))
 

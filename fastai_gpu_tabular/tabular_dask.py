@@ -164,7 +164,7 @@ def _fit_categorify(p, train, td):
     elems = lambda s: s.map_partitions(lambda x: explode_rows(x, p.sep)[0], meta=explode_rows(s._meta, p.sep)[0])
     vcs = _compute(*[(train[n] if n in td.cat_names else elems(train[n])).value_counts(split_every=8, split_out=1) for n in cols])
     p.vocab,p.rare = {},{}
-    for n,vc in zip(cols, vcs): p.vocab[n],p.rare[n] = vocab_from_counts(to_pandas(vc), p.freq_threshold, p.max_size)
+    for n,vc in zip(cols, vcs): p.vocab[n],p.rare[n] = vocab_from_counts(to_pandas(vc), *p.limits(n))
     p._set_classes()
 
 def _fit_fill_missing(p, train, td):

@@ -10,17 +10,18 @@ from fastai.distributed import *
 from .backend import gpu_available, read_frame
 from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
-from .data import read_data
+from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
+from .loader import device_bytes_free
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
-__all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'parse_sizes', 'auto_bs', 'baseline', 'report_baseline',
-           'target_range', 'pick_lr', 'check_args', 'finished', 'read_step', 'build_step', 'fit_step', 'report_step',
+__all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range',
+           'pick_lr', 'check_args', 'finished', 'read_step', 'build_step', 'model_memory', 'fit_step', 'report_step',
            'main', 'predict', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
@@ -91,20 +92,6 @@ def parse_metrics(
     return res
 
 # %% ../nbs/08_train.ipynb #5c8b0930
-def parse_sizes(spec:str|None, names:list, arg:str='emb_dim')->dict:
-    "Embedding widths from the command line: one number for every column of `names`, or 'name=N,...' for some (the others: fastai's rule)"
-    if not spec: return {}
-    if '=' not in spec:
-        if not spec.isdigit() or int(spec) < 1: raise ValueError(f"`{arg}`: {spec!r} is neither a positive width nor 'name=N,...'")
-        return {n: int(spec) for n in names}
-    res = {}
-    for kv in spec.split(','):
-        k,_,v = kv.strip().partition('=')
-        if k not in names: raise ValueError(f"`{arg}`: {k!r} is not a categorical column; they are {', '.join(names)}")
-        if not v.isdigit() or int(v) < 1: raise ValueError(f"`{arg}`: the width of {k!r} must be a positive whole number, not {v!r}")
-        res[k] = int(v)
-    return res
-
 def auto_bs(n_rows:int, world:int=1, steps:int=500)->int:
     "Rows a batch per process for about `steps` steps an epoch over `n_rows` training rows: a power of 2 from 64 to 65,536"
     return int(2**np.clip(np.round(np.log2(max(n_rows, 1)/(steps*world))), 6, 16))
@@ -167,10 +154,12 @@ def finished(out:Path, epochs:int, resume:bool)->bool:
     return True
 
 def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid_pct:float, mem_bytes:int, groups:list,
-              y_block:str, **cols)->tuple:
+              y_block:str, freq_threshold:str|None=None, max_size:str|None=None, **cols)->tuple:
     "(loaders, their `TabularGPU`, y_block, group columns, batch size): a processed folder streamed, other data read and processed"
     world = max(num_distrib(), 1)
     if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
+        if freq_threshold or max_size: raise ValueError(f"`freq_threshold`/`max_size`: {data} is processed, its vocabularies fitted: "
+                                                        "pass them to `fgt-prep`, or give `fgt-train` the raw data")
         bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
         dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
         to = dls.train_ds
@@ -180,7 +169,8 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
         if g not in df.columns: raise ValueError(f"`group_names`: no column {g!r} in the data")
         df[f'{g}_group'] = df[g]
     groups = [f'{g}_group' for g in groups]
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(valid_pct, seed),
+    procs = [categorify(freq_threshold, max_size, [*cols.get('cat_names', ()), *cols.get('mh_names', ())]), FillMissing, Normalize]
+    to = TabularGPU(df, procs=procs, splits=RandomRowSplit(valid_pct, seed),
                     y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
     del df
     bs = ifnone(bs, auto_bs(len(to.train), world))
@@ -197,6 +187,20 @@ def build_step(dls, to, y_block:str, layers:str, emb_dim:str|None, no_bn:bool, f
     if precision=='bf16': learn.to_bf16()
     if precision=='fp16': learn.to_fp16()
     return learn
+
+def model_memory(model, device, flags:str='`--emb-dim`, `--freq-threshold` or `--max-size`')->dict:
+    "Parameters (all, in embedding tables) and bytes of weights, gradients and the optimizer's two moments; refused if they cannot fit"
+    ps = list(model.parameters())
+    emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)))
+    w = sum(p.numel()*p.element_size() for p in ps)
+    res = dict(params=sum(p.numel() for p in ps), emb_params=emb, weights_bytes=w, grads_bytes=w, opt_state_bytes=2*w)
+    free = device_bytes_free(device) + (w if next(iter(ps)).device == torch.device(device) else 0)  # the weights are there already
+    need,gb = 4*w,lambda b: f'{b/2**30:.2f} GiB'
+    msg = (f"the model's weights, gradients and optimizer state take {gb(need)} ({res['params']:,} parameters, "
+           f"{emb/max(res['params'], 1):.0%} in embedding tables) of the {gb(free)} free on {device}")
+    if need > free: raise MemoryError(f"{msg}: it cannot train there; shrink the tables with {flags}")
+    if need > free/2: warn(f"{msg}: over half, with the batches still to come; {flags} shrink the tables")
+    return res
 
 def fit_step(learn, epochs:int, lr:float, cbs:list, stopped, ph, sync_bn:bool, bf16_grads:bool, sparse_embeddings:bool,
              validate:bool)->tuple:
@@ -256,6 +260,8 @@ def main(
     mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: 1/4 of its free memory)
     group_names:str=None, # Columns grouping ranking metrics, e.g. 'userId' (raw ids; a processed folder's pass-through columns)
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
+    freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')
+    max_size:str=None, # Raw data: at most this many ids a column, most frequent first (a number, or 'name=N,...')
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
@@ -272,7 +278,7 @@ def main(
     set_seed(seed)
     ph = Phases()
     dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda' and gpu_available(), seed, device, bs, valid_pct, mem_bytes,
-                                         [o for o in (group_names or '').split(',') if o], y_block,
+                                         [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
                                          cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
     if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
     metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
@@ -280,6 +286,10 @@ def main(
     base = baseline(to, y_block)
     ph.lap('data')
     learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision)
+    mem = model_memory(learn.model, device)
+    if not rank_distrib(): print(f"model: {mem['params']:,} parameters, {mem['emb_params']/max(mem['params'], 1):.0%} in embedding "
+                                 f"tables; weights {mem['weights_bytes']/2**30:.2f} GiB, as much again of gradients, twice of "
+                                 f"optimizer state")
     ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
     cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
     if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
@@ -295,7 +305,7 @@ def main(
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     ph.lap('save')
     report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
-                device=str(device), sparse_tables=sparse)
+                device=str(device), sparse_tables=sparse, model=mem)
     return learn
 
 # %% ../nbs/08_train.ipynb #84637bc0
