@@ -695,6 +695,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
             'fastai_gpu_tabular.train': { 'fastai_gpu_tabular.train.KeepBest': ('train.html#keepbest', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.KeepBest.__init__': ( 'train.html#keepbest.__init__',
                                                                                           'fastai_gpu_tabular/train.py'),
+                                          'fastai_gpu_tabular.train.KeepBest._save': ( 'train.html#keepbest._save',
+                                                                                       'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.KeepBest.after_epoch': ( 'train.html#keepbest.after_epoch',
                                                                                              'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.KeepBest.after_fit': ( 'train.html#keepbest.after_fit',

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_distributed.ipynb #91bd22e6
 from __future__ import annotations
-import random
+import random, uuid
 from fastai.basics import *
 from fastai.distributed import *
 from fastai.distributed import DistributedTrainer
@@ -182,7 +182,7 @@ def detach_distributed(self:Learner):
 
 # %% ../nbs/07_distributed.ipynb #3b9d4522
 class Checkpoint(Callback):
-    "Save model, optimizer, scaler, schedule and loader position every `every` training batches and after each epoch; resume from `resume`"
+    "Save weights, optimizer, scaler, schedule and loader position every `every` training batches and after each epoch; resume them"
     order = 20  # after TrainEvalCallback, MixedPrecision and DistributedTrainer set up the fit
     def __init__(self,
         path, # Checkpoint file to write
@@ -191,11 +191,14 @@ class Checkpoint(Callback):
     ): store_attr()
 
     def before_fit(self):
-        self.pos,self.skip0 = None,0
+        self.pos,self.skip0,self.saved,self.bytes,self.n_saves = None,0,None,0,0
         if self.resume is None: return
         p = next(get_model(self.model).parameters())
         st = torch.load(self.resume, map_location=p.device, weights_only=False)
-        get_model(self.model).load_state_dict(st['model'])
+        if 'model' in st: get_model(self.model).load_state_dict(st['model'])  # a checkpoint of before the weights had their own file
+        else:
+            from safetensors.torch import load_file
+            get_model(self.model).load_state_dict(load_file(str(Path(self.resume).parent/st['weights']), device=str(p.device)))
         self.opt.load_state_dict(st['opt'])
         scaler = getattr(self.learn, 'scaler', None)
         if scaler is not None and 'scaler' in st: scaler.load_state_dict(st['scaler'])
@@ -226,17 +229,24 @@ class Checkpoint(Callback):
         if self.pos is None: self.save(self.epoch+1, 0)  # not after an epoch skipped on resuming
 
     def save(self, epoch:int, batch:int):
-        "Write the state of the run at `batch` of `epoch` (rank 0 only)"
+        "Write the run's state at `batch` of `epoch` (rank 0 only): the weights to a new safetensors file, then the rest naming it"
         if rank_distrib(): return
+        from safetensors.torch import save_file
+        path = Path(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        wfn = path.with_name(f'{path.stem}-{uuid.uuid4().hex[:12]}.safetensors')  # a new file: `KeepBest` may hold a link to the last
+        save_file({k: v.detach().contiguous().cpu() for k,v in get_model(self.model).state_dict().items()}, str(wfn))
         scaler = getattr(self.learn, 'scaler', None)
-        st = dict(model=get_model(self.model).state_dict(), opt=self.opt.state_dict(), epoch=epoch, batch=batch,
+        st = dict(weights=wfn.name, opt=self.opt.state_dict(), epoch=epoch, batch=batch,
                   train_iter=self.train_iter, n_epoch=self.n_epoch, loader_seed=self.train_dl.seed, loader_epoch=self.train_dl.epoch,
                   bs=self.train_dl.bs, world_size=max(num_distrib(), 1),
                   rng=_get_rng(), **({'scaler': scaler.state_dict()} if scaler is not None else {}))
-        path = Path(self.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(st, path.with_suffix('.tmp'))
-        os.replace(path.with_suffix('.tmp'), path)
+        os.replace(path.with_suffix('.tmp'), path)  # the run's state moves to the new weights at once
+        for old in path.parent.glob(f'{path.stem}-*.safetensors'):
+            if old != wfn: old.unlink()
+        self.saved,self.n_saves = (epoch, batch, wfn),self.n_saves+1
+        self.bytes += wfn.stat().st_size + path.stat().st_size
 
 def _get_rng():
     return dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate(),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_train.ipynb #9a77ed33
 from __future__ import annotations
-import json, time
+import json, os, shutil, time
 from fastai.tabular.all import *
 from fastai.distributed import *
 from .backend import gpu_available, read_frame
@@ -51,9 +51,25 @@ class Phases:
 # %% ../nbs/08_train.ipynb #a0e74685
 class KeepBest(SaveModelCallback):
     "fastai's `SaveModelCallback` on the validation loss, quiet, across `--resume`: the best epoch's weights end the run (best.json)"
-    def __init__(self, out, resume:bool=False):
+    def __init__(self, out, resume:bool=False,
+                 checkpoint=None, # The run's `Checkpoint`: the best weights are a hard link to its file of that epoch, not a second write
+                ):
         super().__init__(monitor='valid_loss', fname='best', with_opt=False)
-        self.state_fn,self.resume = Path(out)/'best.json',resume
+        self.state_fn,self.fn = Path(out)/'best.json',Path(out)/'best.safetensors'
+        self.resume,self.checkpoint,self.bytes = resume,checkpoint,0
+    def _save(self, name):
+        "best.safetensors: a link to the checkpoint's weights of this epoch where there is one (else a copy or a write; rank 0 only)"
+        if rank_distrib(): return
+        from safetensors.torch import save_file
+        ck,tmp = getattr(self.checkpoint, 'saved', None),self.fn.with_suffix('.tmp')
+        tmp.unlink(missing_ok=True)
+        if ck is not None and ck[:2] == (self.epoch+1, 0):
+            try: os.link(ck[2], tmp)
+            except OSError: shutil.copyfile(ck[2], tmp); self.bytes += tmp.stat().st_size  # a file system without hard links
+        else:
+            save_file({k: v.detach().contiguous().cpu() for k,v in get_model(self.model).state_dict().items()}, str(tmp))
+            self.bytes += tmp.stat().st_size
+        os.replace(tmp, self.fn)
     def before_fit(self):
         super().before_fit()
         if self.resume and self.state_fn.exists(): self.best = json.loads(self.state_fn.read_text())['valid_loss']
@@ -66,8 +82,11 @@ class KeepBest(SaveModelCallback):
             self._save(self.fname)
             if not rank_distrib(): self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch)))
     def after_fit(self):
-        # the same on every rank (the file may not be there yet on the others); inf: stopped before an epoch ended
-        if np.isfinite(self.best): super().after_fit()
+        if not np.isfinite(self.best): return  # stopped before an epoch ended
+        from safetensors.torch import load_file
+        distrib_barrier()  # rank 0 wrote the file: the same weights on every rank
+        p = next(get_model(self.model).parameters())
+        get_model(self.model).load_state_dict(load_file(str(self.fn), device=str(p.device)))
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(
@@ -291,8 +310,9 @@ def main(
                                  f"tables; weights {mem['weights_bytes']/2**30:.2f} GiB, as much again of gradients, twice of "
                                  f"optimizer state")
     ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
-    cbs = [Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None), timer] + ([stop] if stop_after else [])
-    if not last and dls.valid.n: cbs.append(KeepBest(out, resume))
+    ckpt = Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None)
+    keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
+    cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else [])
     ph.lap('model')
     if lr is None: lr = pick_lr(learn, out, opt, resume); ph.lap('lr_find')
     final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
@@ -305,7 +325,8 @@ def main(
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     ph.lap('save')
     report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
-                device=str(device), sparse_tables=sparse, model=mem)
+                device=str(device), sparse_tables=sparse, model=mem, checkpoints=ckpt.n_saves,
+                checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
     return learn
 
 # %% ../nbs/08_train.ipynb #84637bc0

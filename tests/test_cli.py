@@ -81,3 +81,17 @@ def test_main_steps_one_by_one_equal_main(tmp_path):
                       precision='fp32', device='cpu', sparse_tables=sparse)
     assert json.loads((out/'metrics.json').read_text())['accuracy'] == got['accuracy']
     for k in ('accuracy', 'roc_auc_score', 'valid_loss'): assert got[k] == pytest.approx(want[k], abs=1e-6), k
+
+def test_lean_checkpoints_write_the_weights_once_and_keep_the_best_by_a_link(tmp_path):
+    "A checkpoint writes at most the weights and the optimizer state; the best epoch is a hard link to its checkpoint's weights"
+    from safetensors.torch import load_file
+    learn = main(data='synth', rows=3_000, epochs=3, bs=256, lr=3e-3, cpu=True, out=str(tmp_path/'r'), layers='32', opt='adam')
+    out, m = tmp_path/'r', json.loads((tmp_path/'r'/'metrics.json').read_text())
+    w = sum(p.numel()*p.element_size() for p in learn.model.parameters())
+    assert m['checkpoints'] == 3 and m['checkpoint_bytes'] <= 3 * (w + 2*w + 64_000)  # weights, Adam's two moments, the rest
+    weights = list(out.glob('checkpoint-*.safetensors'))
+    assert len(weights) == 1 and (out/'checkpoint.pth').exists() and not (out/'best.pth').exists()
+    best = json.loads((out/'best.json').read_text())['epoch']
+    assert (out/'best.safetensors').stat().st_nlink == (2 if best == 2 else 1)  # the last epoch's: the same file as the checkpoint's
+    kept = load_file(str(out/'best.safetensors'))
+    for k, v in learn.model.state_dict().items(): assert torch.equal(v, kept[k]), k  # the run ends on the best epoch's weights
