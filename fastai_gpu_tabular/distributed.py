@@ -15,6 +15,7 @@ from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHook
 from .comm import rank_world, distributed, dist_device, gather_rows, all_gather_cat, broadcast_object, mean_over_ranks
 from .loader import BatchDataLoader
 from .recorder import allowed_sync
+from .model import save_weights, load_weights
 
 # %% auto #0
 __all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'Checkpoint', 'StopAfter',
@@ -196,9 +197,7 @@ class Checkpoint(Callback):
         p = next(get_model(self.model).parameters())
         st = torch.load(self.resume, map_location=p.device, weights_only=False)
         if 'model' in st: get_model(self.model).load_state_dict(st['model'])  # a checkpoint of before the weights had their own file
-        else:
-            from safetensors.torch import load_file
-            get_model(self.model).load_state_dict(load_file(str(Path(self.resume).parent/st['weights']), device=str(p.device)))
+        else: load_weights(self.model, Path(self.resume).parent/st['weights'])
         self.opt.load_state_dict(st['opt'])
         scaler = getattr(self.learn, 'scaler', None)
         if scaler is not None and 'scaler' in st: scaler.load_state_dict(st['scaler'])
@@ -231,11 +230,10 @@ class Checkpoint(Callback):
     def save(self, epoch:int, batch:int):
         "Write the run's state at `batch` of `epoch` (rank 0 only): the weights to a new safetensors file, then the rest naming it"
         if rank_distrib(): return
-        from safetensors.torch import save_file
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         wfn = path.with_name(f'{path.stem}-{uuid.uuid4().hex[:12]}.safetensors')  # a new file: `KeepBest` may hold a link to the last
-        save_file({k: v.detach().contiguous().cpu() for k,v in get_model(self.model).state_dict().items()}, str(wfn))
+        save_weights(self.model, wfn)
         scaler = getattr(self.learn, 'scaler', None)
         st = dict(weights=wfn.name, opt=self.opt.state_dict(), epoch=epoch, batch=batch,
                   train_iter=self.train_iter, n_epoch=self.n_epoch, loader_seed=self.train_dl.seed, loader_epoch=self.train_dl.epoch,

@@ -105,7 +105,6 @@ def _json_config(config:dict)->dict:
 
 def save_run(learn:Learner, path)->Path:
     "Write `learn`'s procs, model arguments (JSON) and weights (safetensors) to folder `path`: no pickle"
-    from safetensors.torch import save_file
     args = getattr(learn, 'model_args', None)
     if args is None:
         raise ValueError("`save_run` needs a `Learner` made by this library's `tabular_learner` (it records the model's arguments)")
@@ -113,7 +112,7 @@ def save_run(learn:Learner, path)->Path:
     save_procs(learn.dls.train_ds, path/'procs')
     cfg = dict(args, config=_json_config(args['config']), y_range=list(args['y_range']) if args['y_range'] is not None else None)
     (path/'model.json').write_text(json.dumps(dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__), indent=1))
-    save_file({k: v.detach().contiguous().cpu() for k,v in get_model(learn.model).state_dict().items()}, str(path/'model.safetensors'))
+    save_weights(learn.model, path/'model.safetensors')
     return path
 
 def load_run(
@@ -122,7 +121,6 @@ def load_run(
     device=None, # Default: fastai's `default_device()`
 )->Learner:
     "The `Learner` saved by `save_run` in `path`, for `test_dl`, `get_preds` and `predict`"
-    from safetensors.torch import load_file
     path = Path(path)
     if not (path/'model.json').exists():
         raise FileNotFoundError(f"{path}: no model.json; write a run folder with `save_run` or `fgt-train`")
@@ -139,5 +137,5 @@ def load_run(
     if 'act_cls' in cfg: cfg['act_cls'] = getattr(nn, cfg['act_cls'])(**({'inplace': True} if cfg['act_cls']=='ReLU' else {}))
     learn = tabular_learner(dls, layers=m['layers'], emb_szs=m['emb_szs'], config=cfg or None, n_out=m['n_out'], y_range=m['y_range'],
                             mh_mode=m['mh_mode'], fast=m['fast'])
-    get_model(learn.model).load_state_dict(load_file(str(path/'model.safetensors'), device=str(dev)))
+    load_weights(learn.model, path/'model.safetensors', dev)
     return learn

@@ -7,7 +7,8 @@ from __future__ import annotations
 from fastai.tabular.all import *
 
 # %% auto #0
-__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'FastTabularModel', 'layer_info']
+__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'FastTabularModel', 'layer_info',
+           'save_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -139,3 +140,15 @@ def layer_info(learn, *xb):
             (type(m).__name__, *total_params(m), torch.Size([1, m.weight.shape[-1]]), False)
             for m,o in zip(flatten_model(learn.model), infos)]
 _hook.layer_info = layer_info  # `Learner.summary` (fastai's `module_summary`) looks it up there
+
+# %% ../nbs/04b_model.ipynb #f2b8d301
+def save_weights(model, fn):
+    "The weights of `model` (a DDP wrapper unwrapped) to safetensors file `fn`"
+    from safetensors.torch import save_file
+    save_file({k: v.detach().contiguous().cpu() for k,v in get_model(model).state_dict().items()}, str(fn))
+
+def load_weights(model, fn, device=None):
+    "The weights in safetensors file `fn` into `model` (a DDP wrapper unwrapped), read onto `device` (default: the model's)"
+    from safetensors.torch import load_file
+    m = get_model(model)
+    m.load_state_dict(load_file(str(fn), device=str(ifnone(device, next(m.parameters()).device))))

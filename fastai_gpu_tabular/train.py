@@ -12,6 +12,7 @@ from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run
+from .model import save_weights, load_weights
 from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 from .backend import to_pandas
@@ -60,14 +61,13 @@ class KeepBest(SaveModelCallback):
     def _save(self, name):
         "best.safetensors: a link to the checkpoint's weights of this epoch where there is one (else a copy or a write; rank 0 only)"
         if rank_distrib(): return
-        from safetensors.torch import save_file
         ck,tmp = getattr(self.checkpoint, 'saved', None),self.fn.with_suffix('.tmp')
         tmp.unlink(missing_ok=True)
         if ck is not None and ck[:2] == (self.epoch+1, 0):
             try: os.link(ck[2], tmp)
             except OSError: shutil.copyfile(ck[2], tmp); self.bytes += tmp.stat().st_size  # a file system without hard links
         else:
-            save_file({k: v.detach().contiguous().cpu() for k,v in get_model(self.model).state_dict().items()}, str(tmp))
+            save_weights(self.model, tmp)
             self.bytes += tmp.stat().st_size
         os.replace(tmp, self.fn)
     def before_fit(self):
@@ -83,10 +83,8 @@ class KeepBest(SaveModelCallback):
             if not rank_distrib(): self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch)))
     def after_fit(self):
         if not np.isfinite(self.best): return  # stopped before an epoch ended
-        from safetensors.torch import load_file
         distrib_barrier()  # rank 0 wrote the file: the same weights on every rank
-        p = next(get_model(self.model).parameters())
-        get_model(self.model).load_state_dict(load_file(str(self.fn), device=str(p.device)))
+        load_weights(self.model, self.fn)
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(
