@@ -14,6 +14,7 @@ from .tabular import *
 from .loader import *
 from .recorder import *
 from .model import *
+from .optimizer import SparseEmbedOpt
 
 # %% auto #0
 __all__ = ['RUN_FORMAT', 'tabular_learner', 'save_run', 'load_run']
@@ -58,6 +59,10 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
         model = (FastTabularModel if fast else TabularModelMH)(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                                mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range,
                                **config)
+    f = getattr(kwargs.get('opt_func', Adam), 'func', kwargs.get('opt_func', Adam))  # a class, or its `partial`
+    if getattr(model, 'sparse', False) and not (isinstance(f, type) and issubclass(f, SparseEmbedOpt)):
+        raise ValueError("`config` sparse=True gives the tables row-sparse gradients: pass `opt_func=partial(SparseEmbedOpt, "
+                         "opt_func=<your optimizer>, rule='lazy-adam')` (or 'adagrad', 'rowwise-adagrad')")
     learn = TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
     learn.model_args = args
     return learn

@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastai.tabular.all import *
 
 # %% auto #0
-__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'FastTabularModel', 'layer_info',
-           'save_weights', 'load_weights']
+__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'table_groups', 'table_block',
+           'FastTabularModel', 'layer_info', 'save_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -109,14 +109,83 @@ def embed_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
     if not tables and not dense: raise ValueError("`embed_block` needs at least one table or dense part")
     return _EmbedBlock.apply(idx, width, len(tables), *tables, *dense)
 
+# %% ../nbs/04b_model.ipynb #5e7a91c2
+def table_groups(tables:list)->list:
+    "[(base, columns)]: `tables` (embedding weights) by width, each width's tables rows of one tensor `base` (packed into one if not)"
+    res = []
+    for w in dict.fromkeys(t.shape[1] for t in tables):
+        cols = [i for i,t in enumerate(tables) if t.shape[1]==w]
+        ts = [tables[i] for i in cols]
+        same = lambda a,b: (a.untyped_storage().data_ptr()==b.untyped_storage().data_ptr()
+                            and b.storage_offset()==a.storage_offset()+a.numel())
+        if not all(t.is_contiguous() for t in ts) or not all(same(a,b) for a,b in zip(ts, ts[1:])):  # new, or moved by `Module.to`
+            base,a = torch.cat([t.detach() for t in ts]),0
+            for t in ts: t.data,a = base[a:a+len(t)],a+len(t)  # the same `Parameter`s (optimizer state stays theirs), now rows of `base`
+        t0 = ts[0].detach()
+        res.append((t0.new_empty(0).set_(t0.untyped_storage(), t0.storage_offset(), (sum(len(t) for t in ts), w), (w, 1)), cols))
+    return res
+
+_offsets = {}  # (device, table shapes): each width's row offsets and columns on the device
+
+class _TableBlock(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, idx, width, groups, n_tab, *ts):
+        tabs,dense = ts[:n_tab],ts[n_tab:]
+        starts = np.cumsum([0]+[t.shape[1] for t in tabs])
+        x,bs = tabs[0].new_empty(len(idx), width),len(idx)
+        for base,cols,offs in groups:
+            d,k = base.shape[1],len(cols)
+            ids = idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0]==k-1 else idx[:, offs[1]]
+            e = F.embedding(ids + offs[0], base)  # one lookup for the tables of this width
+            if (starts[cols] == starts[cols[0]] + d*np.arange(k)).all(): x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
+            else:
+                for j,c in enumerate(cols): x[:, starts[c]:starts[c]+d] = e[:, j]
+        a = starts[-1]
+        for dn in dense: x[:, a:a+dn.shape[1]].copy_(dn); a += dn.shape[1]
+        x[:, a:].zero_()
+        ctx.save_for_backward(idx)
+        ctx.tabs,ctx.starts,ctx.dense = [t.shape for t in tabs],starts,[dn.shape[1] for dn in dense]
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        idx, = ctx.saved_tensors
+        grads = [torch.sparse_coo_tensor(idx[:, i][None].long(), g[:, a:a+d], (n, d), check_invariants=False)
+                 if ctx.needs_input_grad[4+i] else None
+                 for i,((n,d),a) in enumerate(zip(ctx.tabs, ctx.starts))]  # row-sparse: the batch's rows, uncoalesced
+        a = ctx.starts[-1]
+        for j,d in enumerate(ctx.dense):
+            grads.append(g[:, a:a+d] if ctx.needs_input_grad[4+len(ctx.tabs)+j] else None); a += d
+        return (None, None, None, None, *grads)
+
+def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
+                tables:list, # Embedding weights, (cardinality, width) each: packed by `table_groups`
+                dense:list=(), # (bs, width) tensors placed after the embeddings
+                width:int|None=None, # Columns of the result, zeros after the data (default: no padding)
+               )->Tensor:
+    "`embed_block`'s block from one lookup a width of table (`table_groups`), with row-sparse gradients for the tables"
+    n = sum(t.shape[1] for t in tables) + sum(d.shape[1] for d in dense)
+    width = ifnone(width, n)
+    if width < n: raise ValueError(f"`width`={width} is narrower than the {n} columns of the tables and dense parts")
+    if not tables: raise ValueError("`table_block` needs at least one table")
+    key = (idx.device, *(t.shape for t in tables))
+    if key not in _offsets:  # made once: a tensor copied to the GPU each batch would wait for it
+        _offsets[key] = [(torch.tensor(np.cumsum([0]+[len(tables[c]) for c in cols[:-1]]), device=idx.device),
+                          torch.tensor(cols, device=idx.device)) for _,cols in table_groups(tables)]
+    groups = [(b, cols, o) for (b,cols),o in zip(table_groups(tables), _offsets[key])]
+    return _TableBlock.apply(idx, width, groups, len(tables), *tables, *dense)
+
 # %% ../nbs/04b_model.ipynb #09c94e2e
 class FastTabularModel(TabularModelMH):
     "`TabularModelMH` (fastai's `TabularModel`) with a fast narrow BatchNorm, aligned input width and no concatenation"
     @delegates(TabularModelMH.__init__)
     def __init__(self, emb_szs, n_cont, out_sz, layers,
                  align:int=64, # Pad the first linear layer's input with zero columns to a multiple of `align`
+                 sparse:bool=False, # Tables of one width in one tensor, one lookup each, row-sparse gradients (`SparseEmbedOpt`)
                  **kwargs):
         super().__init__(emb_szs, n_cont, out_sz, layers, **kwargs)
+        self.sparse = sparse
+        if sparse and len(self.embeds): table_groups([e.weight for e in self.embeds])  # packed now: not at the first batch
         if self.bn_cont is not None: self.bn_cont.__class__ = FastBatchNorm1d  # same state, another forward
         lin,self.width = self.layers[0][0],self.n_emb+self.n_cont
         if type(lin) is nn.Linear: lin.__class__,self.width = PaddedLinear,-(-self.width//align)*align
@@ -124,7 +193,8 @@ class FastTabularModel(TabularModelMH):
     def forward(self, x_cat, x_cont=None, x_mh=()):
         dense = [bag_embed(b, v, o) for b,(v,o) in zip(self.bags, x_mh)]
         if self.n_cont != 0: dense.append(x_cont if self.bn_cont is None else self.bn_cont(x_cont))
-        x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
+        block = table_block if getattr(self, 'sparse', False) and len(self.embeds) else embed_block
+        x = block(x_cat, [e.weight for e in self.embeds], dense, self.width)
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
         return self.layers(x)

@@ -10,9 +10,12 @@ from fastai.optimizer import Optimizer
 from fastai.callback.core import Callback
 from fastai.learner import Learner
 from fastai.callback.schedule import *
+from fastai.optimizer import debias
+from .recorder import allowed_sync
 
 # %% auto #0
-__all__ = ['ForeachLamb', 'ExcludeEmbeddings', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'adagrad_rows', 'rowwise_adagrad_rows',
+           'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #9f4c8f99
 try: import triton, triton.language as tl
@@ -183,11 +186,110 @@ class ExcludeEmbeddings(Callback):
     "Step `nn.Embedding` and `nn.EmbeddingBag` parameters without LAMB's trust ratio (`ForeachLamb`'s `layer_adapt` state)"
     def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
     def before_fit(self):
-        if not isinstance(self.opt, ForeachLamb):
+        if not isinstance(getattr(self.opt, 'dense', self.opt), ForeachLamb):  # `SparseEmbedOpt`: its dense optimizer
             raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")
         for m in self.model.modules():
             if isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
                 for p in m.parameters(): self.opt.state[p]['layer_adapt'] = False
+
+# %% ../nbs/06_optimizer.ipynb #a4d2e6f1
+def row_groups(ps:list)->list:
+    "[(base, [(p, first row)])]: parameters `ps` (2D) by the tensor they are rows of (`table_groups`' packing), each alone otherwise"
+    by = {}
+    for p in ps: by.setdefault((p.untyped_storage().data_ptr(), p.dtype, p.shape[1], p.stride()), []).append(p)
+    res = []
+    for grp in by.values():
+        grp = sorted(grp, key=lambda p: p.storage_offset())
+        p0,d = grp[0].detach(),grp[0].shape[1]
+        n = (grp[-1].storage_offset() + grp[-1].numel() - p0.storage_offset())//d
+        if not all(p.is_contiguous() for p in grp) or any((p.storage_offset()-p0.storage_offset()) % d for p in grp):
+            res += [(p, [(p, 0)]) for p in grp]
+        else: res.append((p0.new_empty(0).set_(p0.untyped_storage(), p0.storage_offset(), (n, d), (d, 1)),
+                          [(p, (p.storage_offset()-p0.storage_offset())//d) for p in grp]))
+    return res
+
+def adagrad_rows(w, g, st, lr, eps, step, **_):
+    "`torch.optim.Adagrad` (no decay of the rate) on rows `w` with summed gradients `g`: state `sum`, a value a weight"
+    s = st['sum'].addcmul_(g, g)
+    return w.addcdiv_(g, s.sqrt().add_(eps), value=-lr)
+
+def rowwise_adagrad_rows(w, g, st, lr, eps, step, **_):
+    "FBGEMM's row-wise Adagrad: state `row_sum`, one value a row (the mean of its squared gradients, accumulated)"
+    s = st['row_sum'].add_(g.pow(2).mean(1))
+    return w.addcdiv_(g, s.sqrt().add_(eps)[:,None], value=-lr)
+
+def lazy_adam_rows(w, g, st, lr, eps, step, mom, sqr_mom, **_):
+    "fastai's `Adam` step on the rows a batch touched (`torch.optim.SparseAdam`'s lazy moments), debiased by the table's step"
+    m,v = st['grad_avg'].mul_(mom).add_(g, alpha=1-mom),st['sqr_avg'].mul_(sqr_mom).addcmul_(g, g, value=1-sqr_mom)
+    return w.addcdiv_(m, (v/debias(sqr_mom, 1-sqr_mom, step)).sqrt() + eps, value=-lr/debias(mom, 1-mom, step))
+
+SPARSE_RULES = {'adagrad': (adagrad_rows, {'sum': ()}), 'rowwise-adagrad': (rowwise_adagrad_rows, {'row_sum': None}),
+                'lazy-adam': (lazy_adam_rows, {'grad_avg': (), 'sqr_avg': ()})}
+
+# %% ../nbs/06_optimizer.ipynb #b8c3f5a7
+class SparseEmbedOpt(Optimizer):
+    "`opt_func` for dense gradients; tables with row-sparse ones (`FastTabularModel(sparse=True)`) by `rule`, on the rows touched"
+    def __init__(self,
+        params:Tensor|Iterable, # Model parameters (or parameter groups)
+        lr:float|slice, # Learning rate (the tables': times `lr_mult`)
+        opt_func:Callable=ForeachLamb, # The fastai optimizer of the dense parameters, whose hyper-parameters the tables share
+        rule:str='lazy-adam', # The tables' step: 'adagrad', 'rowwise-adagrad' or 'lazy-adam'
+        lr_mult:float=1., # The tables' learning rate over the dense parameters'
+        **kwargs # Passed to `opt_func`
+    ):
+        if rule not in SPARSE_RULES: raise ValueError(f"`rule` must be one of {', '.join(SPARSE_RULES)}, not {rule!r}")
+        self.dense,self.rule,self.lr_mult = opt_func(params, lr=lr, **kwargs),rule,lr_mult
+
+    # one set of groups, hyper-parameters (fastai's schedules set them here) and state: the dense optimizer's
+    param_lists = property(lambda self: self.dense.param_lists)
+    hypers = property(lambda self: self.dense.hypers, lambda self,v: setattr(self.dense, 'hypers', v))
+    state = property(lambda self: self.dense.state, lambda self,v: setattr(self.dense, 'state', v))
+    frozen_idx = property(lambda self: self.dense.frozen_idx, lambda self,v: setattr(self.dense, 'frozen_idx', v))
+
+    def zero_grad(self):
+        for p,*_ in self.all_params(with_grad=True):
+            if p.grad.is_sparse: p.grad = None
+        self.dense.zero_grad()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for pg,h in zip(self.param_lists, self.hypers):
+            ps = [p for p in pg if p.grad is not None and p.grad.is_sparse]
+            for base,members in row_groups(ps): self._rows_step(base, members, h)
+            for p in ps: p.grad = None
+        self.dense.step(closure)
+
+    def _rows_step(self, base, members, h):
+        "One step of the tables in `base` (`row_groups`): their gradients summed by row, the touched rows and their state updated"
+        ids = torch.cat([p.grad._indices()[0] + a for p,a in members])
+        with allowed_sync(): rows,inv = torch.unique(ids, return_inverse=True)  # the step's one host synchronisation: the rows' count
+        vals = torch.cat([p.grad._values() for p,_ in members])
+        g = vals.new_zeros(len(rows), vals.shape[1], dtype=base.dtype).index_add_(0, inv, vals.to(base.dtype))  # in order, on a CPU
+        fn,names = SPARSE_RULES[self.rule]
+        bufs = {k: self._state_buf(base, members, k, s) for k,s in names.items()}
+        step = self.state[members[0][0]].get('step', 0) + 1
+        for p,_ in members: self.state[p]['step'] = step
+        lr,wd = h['lr']*self.lr_mult,h.get('wd', 0.)
+        w = base[rows]
+        if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only
+        st = {k: b[rows] for k,b in bufs.items()}
+        w = fn(w, g, st, lr=lr, eps=h['eps'], step=step, mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
+        for k,b in bufs.items(): b.index_copy_(0, rows, st[k])
+        base.index_copy_(0, rows, w)
+
+    def _state_buf(self, base, members, name, row):
+        "State `name` of the tables in `base`: one tensor (rows: () as the weights, None one value), each table's state its rows"
+        shape = base.shape if row == () else base.shape[:1]
+        sts = [self.state[p].get(name) for p,_ in members]
+        s0 = sts[0]
+        if s0 is not None and all(s is not None and s.untyped_storage().data_ptr()==s0.untyped_storage().data_ptr()
+                                  and s.storage_offset()-s0.storage_offset() == a*math.prod(shape[1:]) for s,(_,a) in zip(sts, members)):
+            return s0.new_empty(0).set_(s0.untyped_storage(), s0.storage_offset(), shape, base.new_empty(shape).stride())
+        buf = base.new_zeros(shape)  # new, or loaded from a checkpoint: packed again
+        for (p,a),s in zip(members, sts):
+            if s is not None: buf[a:a+len(p)] = s
+            self.state[p][name] = buf[a:a+len(p)]
+        return buf
 
 # %% ../nbs/06_optimizer.ipynb #939dd4c6
 def large_batch_lr(

@@ -13,7 +13,7 @@ from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run
 from .model import save_weights, load_weights
-from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
+from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
@@ -22,8 +22,8 @@ from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
 __all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range',
-           'pick_lr', 'check_args', 'finished', 'read_step', 'build_step', 'model_memory', 'fit_step', 'report_step',
-           'main', 'predict', 'predict_cli']
+           'pick_lr', 'check_args', 'finished', 'read_step', 'emb_sizes', 'build_step', 'model_memory', 'fit_step',
+           'report_step', 'main', 'predict', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -152,8 +152,16 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
     return lr
 
 # %% ../nbs/08_train.ipynb #936a4bfa
-def check_args(y_block:str, opt:str, precision:str, epochs:int, bs:int|None):
+def check_args(y_block:str, opt:str, precision:str, epochs:int, bs:int|None, emb_rule:str='fastai', emb_opt:str='dense',
+               fastai_model:bool=False):
     "Refuse `fgt-train` arguments that cannot work, before anything is read"
+    if emb_rule not in ('fastai', 'fixed'): raise ValueError(f"`emb_rule` must be 'fastai' or 'fixed', not {emb_rule!r}")
+    if emb_opt not in ('dense', *SPARSE_RULES):
+        raise ValueError(f"`emb_opt` must be 'dense' or one of {', '.join(SPARSE_RULES)}, not {emb_opt!r}")
+    if emb_opt != 'dense' and fastai_model:
+        raise ValueError(f"`emb_opt` {emb_opt!r} needs our model's packed tables: leave out `fastai_model`")
+    if emb_opt != 'dense' and num_distrib() > 1:
+        raise ValueError(f"`emb_opt` {emb_opt!r} trains in one process for now: under a launcher, use 'dense' (and `--sparse-embeddings`)")
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
     if opt not in ('auto', 'lamb', 'adam'): raise ValueError(f"`opt` must be 'auto', 'lamb' or 'adam', not {opt!r}")
     if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")
@@ -193,26 +201,40 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
     bs = ifnone(bs, auto_bs(len(to.train), world))
     return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
 
+def emb_sizes(emb_dim:str|None, emb_rule:str, names:list)->dict:
+    "`emb_szs` for `tabular_learner`: `emb_dim`'s widths over fastai's rule, or with `emb_rule` 'fixed' one width (default 16) for all"
+    if emb_rule == 'fastai': return parse_sizes(emb_dim, names)
+    if emb_dim is not None and (not emb_dim.isdigit() or int(emb_dim) < 1):
+        raise ValueError(f"`emb_rule` 'fixed' gives every table one width: `emb_dim` must be one positive number, not {emb_dim!r}")
+    return {n: int(emb_dim or 16) for n in names}
+
 def build_step(dls, to, y_block:str, layers:str, emb_dim:str|None, no_bn:bool, fastai_model:bool, opt:str, metrics:list, out:Path,
-               precision:str)->Learner:
-    "The learner: model, optimizer (`ExcludeEmbeddings` with LAMB), metrics and precision"
-    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=parse_sizes(emb_dim, list(to.cat_names)),
-                            config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), fast=not fastai_model,
-                            opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
+               precision:str, emb_rule:str='fastai', emb_opt:str='dense')->Learner:
+    "The learner: model, optimizer (`ExcludeEmbeddings` with LAMB; the tables by `SparseEmbedOpt`'s `emb_opt`), metrics and precision"
+    opt_func = ForeachLamb if opt=='lamb' else Adam
+    if emb_opt != 'dense': opt_func = partial(SparseEmbedOpt, opt_func=opt_func, rule=emb_opt)
+    config = tabular_config(use_bn=not no_bn, bn_cont=not no_bn)
+    if emb_opt != 'dense': config['sparse'] = True  # `FastTabularModel`'s packed tables with row-sparse gradients
+    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=emb_sizes(emb_dim, emb_rule, list(to.cat_names)),
+                            config=config,
+                            fast=not fastai_model, opt_func=opt_func, metrics=metrics, path=out, model_dir='.',
                             y_range=target_range(to) if y_block=='regression' else None)
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
     if precision=='bf16': learn.to_bf16()
     if precision=='fp16': learn.to_fp16()
     return learn
 
-def model_memory(model, device, flags:str='`--emb-dim`, `--freq-threshold` or `--max-size`')->dict:
-    "Parameters (all, in embedding tables) and bytes of weights, gradients and the optimizer's two moments; refused if they cannot fit"
+def model_memory(model, device, flags:str='`--emb-dim`, `--freq-threshold` or `--max-size`', emb_opt:str='dense')->dict:
+    """Parameters (all, in embedding tables) and bytes of weights, gradients and optimizer state (two moments; the tables' by
+    `emb_opt`, with no dense gradient); refused if they cannot fit"""
     ps = list(model.parameters())
-    emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)))
-    w = sum(p.numel()*p.element_size() for p in ps)
-    res = dict(params=sum(p.numel() for p in ps), emb_params=emb, weights_bytes=w, grads_bytes=w, opt_state_bytes=2*w)
+    tabs = [m.weight for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))]
+    emb,w = sum(t.numel() for t in tabs),sum(p.numel()*p.element_size() for p in ps)
+    tw = sum(t.numel()*t.element_size() for t in tabs) if emb_opt != 'dense' and getattr(model, 'sparse', False) else 0
+    per = {'adagrad': tw, 'rowwise-adagrad': sum(len(t)*t.element_size() for t in tabs), 'lazy-adam': 2*tw}.get(emb_opt, 0) if tw else 0
+    res = dict(params=sum(p.numel() for p in ps), emb_params=emb, weights_bytes=w, grads_bytes=w-tw, opt_state_bytes=2*(w-tw) + per)
     free = device_bytes_free(device) + (w if next(iter(ps)).device == torch.device(device) else 0)  # the weights are there already
-    need,gb = 4*w,lambda b: f'{b/2**30:.2f} GiB'
+    need,gb = w + res['grads_bytes'] + res['opt_state_bytes'],lambda b: f'{b/2**30:.2f} GiB'
     msg = (f"the model's weights, gradients and optimizer state take {gb(need)} ({res['params']:,} parameters, "
            f"{emb/max(res['params'], 1):.0%} in embedding tables) of the {gb(free)} free on {device}")
     if need > free: raise MemoryError(f"{msg}: it cannot train there; shrink the tables with {flags}")
@@ -255,7 +277,9 @@ def main(
     rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
     valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
     layers:str='512,256', # Hidden layer sizes, comma-separated
-    emb_dim:str=None, # Embedding widths: one for every table (e.g. 16), or 'name=N,...' (others by fastai's rule); default: fastai's rule
+    emb_dim:str=None, # Embedding widths: one for every table (e.g. 16), or 'name=N,...' (others by `emb_rule`); default: fastai's rule
+    emb_rule:str='fastai', # Widths of the tables `emb_dim` leaves out: 'fastai' (`emb_sz_rule`) or 'fixed' (`emb_dim`, default 16, for all)
+    emb_opt:str='dense', # The tables' step: 'dense' (the optimizer's), or row-sparse: 'adagrad', 'rowwise-adagrad', 'lazy-adam'
     bs:int=None, # Batch size of each process (default: `auto_bs`, about 500 steps an epoch)
     lr:float=None, # Maximum learning rate (default: `pick_lr`: `lr_find`'s valley in one process, a rule in several)
     epochs:int=3, # Epochs of `fit_one_cycle`
@@ -282,7 +306,7 @@ def main(
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
-    check_args(y_block, opt, precision, epochs, bs)
+    check_args(y_block, opt, precision, epochs, bs, emb_rule, emb_opt, fastai_model)
     out = Path(out)
     if finished(out, epochs, resume): return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
@@ -302,11 +326,11 @@ def main(
     if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
     base = baseline(to, y_block)
     ph.lap('data')
-    learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision)
-    mem = model_memory(learn.model, device)
+    learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision, emb_rule, emb_opt)
+    mem = model_memory(learn.model, device, emb_opt=emb_opt)
     if not rank_distrib(): print(f"model: {mem['params']:,} parameters, {mem['emb_params']/max(mem['params'], 1):.0%} in embedding "
-                                 f"tables; weights {mem['weights_bytes']/2**30:.2f} GiB, as much again of gradients, twice of "
-                                 f"optimizer state")
+                                 f"tables; weights {mem['weights_bytes']/2**30:.2f} GiB, gradients {mem['grads_bytes']/2**30:.2f} GiB, "
+                                 f"optimizer state {mem['opt_state_bytes']/2**30:.2f} GiB (tables: {emb_opt})")
     ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
     ckpt = Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None)
     keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
@@ -323,7 +347,7 @@ def main(
     save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
     ph.lap('save')
     report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
-                device=str(device), sparse_tables=sparse, model=mem, checkpoints=ckpt.n_saves,
+                device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, checkpoints=ckpt.n_saves,
                 checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
     return learn
 
