@@ -1,0 +1,59 @@
+"""GPU suite for the packed tables and `SparseEmbedOpt` (`pytest -m gpu`): the packed model equals the per-table one on the
+device, each rule equals its dense reference on the touched rows (gradients summed the same way), and a bf16 fit synchronises
+with the host once a step (the touched rows' count), no more."""
+from functools import partial
+import pytest, torch
+from fastai.tabular.all import set_seed, Adam
+from fastai_gpu_tabular.model import FastTabularModel
+from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.recorder import CheckNoSync
+from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+from fastai.tabular.all import CategoryBlock
+
+pytestmark = pytest.mark.gpu
+SZS = [(5000, 16), (30, 16), (70_000, 16), (4, 8), (900, 8)]
+
+def test_packed_model_on_the_device_equals_the_per_table_one():
+    with torch.device('cuda'):
+        set_seed(0); a = FastTabularModel(SZS, 3, 2, [64])
+        set_seed(0); b = FastTabularModel(SZS, 3, 2, [64], sparse=True)
+    for k, v in a.state_dict().items(): assert torch.equal(v, b.state_dict()[k]), k
+    x = torch.stack([torch.randint(0, n, (4096,), device='cuda') for n, _ in SZS], 1)
+    c = torch.randn(4096, 3, device='cuda')
+    with torch.autocast('cuda', torch.bfloat16): ya, yb = a(x, c), b(x, c)
+    assert torch.equal(ya, yb)
+    ya.float().sum().backward(); yb.float().sum().backward()
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        torch.testing.assert_close(q.grad.to_dense(), p.grad, rtol=1e-5, atol=1e-5, msg=n)
+
+@pytest.mark.parametrize('rule', ['adagrad', 'lazy-adam'])
+def test_rule_leaves_untouched_rows_and_matches_the_dense_step_on_touched_ones(rule):
+    with torch.device('cuda'):
+        set_seed(0); b = FastTabularModel(SZS, 3, 2, [64], sparse=True)
+    opt = SparseEmbedOpt(list(b.parameters()), lr=0.05, opt_func=partial(Adam, wd=0.), rule=rule)
+    x = torch.stack([torch.randint(0, min(n, 50), (4096,), device='cuda') for n, _ in SZS], 1)  # rows 50 on: never touched
+    b(x, torch.randn(4096, 3, device='cuda')).pow(2).sum().backward()
+    before = {n: p.detach().clone() for n, p in b.named_parameters() if n.startswith('embeds')}
+    grads = {n: p.grad.coalesce().to_dense() for n, p in b.named_parameters() if n.startswith('embeds')}
+    opt.step()
+    for n, p in b.named_parameters():
+        if n not in before: continue
+        assert torch.equal(p[50:], before[n][50:]) and not torch.equal(p[:50], before[n][:50]), n
+        g = grads[n][:50]
+        want = before[n][:50] - 0.05*g/(g.abs() + 1e-5)  # a first step of either: sqrt(g²) = |g|, Adam's moments debiased to g, g²
+        torch.testing.assert_close(p[:50], want, rtol=1e-5, atol=1e-6, msg=n)
+
+def test_bf16_fit_synchronises_once_a_step():
+    set_seed(0)
+    to = TabularGPU(synth_criteo(60_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
+                    splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
+    learn = tabular_learner(to.dataloaders(bs=4096), layers=[64], emb_szs={n: 16 for n in to.cat_names}, config=dict(sparse=True),
+                            opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule='rowwise-adagrad')).to_bf16()
+    v0 = learn.validate()[0]
+    try: learn.fit_one_cycle(2, 1e-2, cbs=CheckNoSync())
+    finally: torch.cuda.set_sync_debug_mode('default')
+    assert learn.recorder.values[-1][1] < v0 - 0.01
+    assert learn.model.embeds[0].weight.grad is None  # no dense gradient was ever made for a table
