@@ -66,6 +66,7 @@ for width in a.widths:
         same = next((o for o in rows if o['width'] == r['width'] and o['opt'] == 'dense'), None)
         r['speedup_vs_dense'] = round(same['step_ms']/r['step_ms'], 2) if same and opt != 'dense' else ''
         rows.append(r); print(r, flush=True)
+        learn.pred = learn.loss = learn.loss_grad = learn.xb = learn.yb = learn.opt = learn.model = None  # the last graph, the state
         del learn; gc.collect(); torch.cuda.empty_cache()
 
 report(a.name, rows, ['width', 'opt', 'params', 'step_ms', 'rows_s', 'vs_dense16', 'speedup_vs_dense', 'peak_gb', 'epoch_s', 'auc'],

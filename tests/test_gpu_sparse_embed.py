@@ -44,7 +44,8 @@ def test_rule_leaves_untouched_rows_and_matches_the_dense_step_on_touched_ones(r
         assert torch.equal(p[50:], before[n][50:]) and not torch.equal(p[:50], before[n][:50]), n
         g = grads[n][:50]
         want = before[n][:50] - 0.05*g/(g.abs() + 1e-5)  # a first step of either: sqrt(g²) = |g|, Adam's moments debiased to g, g²
-        torch.testing.assert_close(p[:50], want, rtol=1e-5, atol=1e-6, msg=n)
+        torch.testing.assert_close(p[:50], want, rtol=1e-5, atol=2e-5, msg=n)  # atol: a sum of ~80 terms that nearly cancel, in
+        # another order (|g| ~ 1e-5 moves g/(|g| + eps) by ~1e-4 per 1e-8 of g)
 
 def test_bf16_fit_synchronises_once_a_step():
     set_seed(0)
