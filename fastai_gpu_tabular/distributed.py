@@ -111,16 +111,21 @@ class SparseEmbeddingGrads(Callback):
     def __init__(self,
         sparse:bool|None=None, # True: every table; False: none (plain DDP); None: `sparse_tables`' rule
         bf16:bool=False, # Send the rows in bf16, as `ddp_kwargs(bf16_grads=True)` does the dense gradients
-    ): store_attr(); self.names,self.hook,self.rows,self.params = [],None,[],[]
+    ): store_attr(); self.names,self.hook,self.rows,self.params,self.by_opt = [],None,[],[],False
 
     def before_fit(self):
         model = get_model(self.model)
         acc = getattr(self.learn, 'gradient_accumulation', None)
         bs = self.dls.train.bs
         n_acc = max(1, -(-acc.n_acc//bs)) if acc is not None else 1
-        self.names = sparse_tables(model, bs, num_distrib(), n_acc, self.sparse) if distributed() else []
+        self.by_opt = getattr(model, 'sparse', False)  # packed tables (`FastTabularModel(sparse=True)`): `SparseEmbedOpt` sends their rows
+        if self.by_opt: self.names = [n for n in embedding_tables(model) if n.startswith('embeds.')]  # DDP cannot reduce their gradients
+        else: self.names = sparse_tables(model, bs, num_distrib(), n_acc, self.sparse) if distributed() else []
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, self.names)
-        if not self.names: return
+        if self.by_opt and distributed():
+            for n,p in model.named_parameters():
+                if n in self.names: torch.distributed.broadcast(p.data, 0)  # DDP broadcasts the others at wrapping
+        if not self.names or self.by_opt: return
         ps,tabs = dict(model.named_parameters()),embedding_tables(model)
         self.params = [ps[n] for n in self.names]
         self.srcs = [tabs[n] for n in self.names]
@@ -135,7 +140,7 @@ class SparseEmbeddingGrads(Callback):
             mask.index_fill_(0, (args[0][:, i] if kind=='embeds' else args[2][i][0]).reshape(-1), True)  # no sync, deterministic
 
     def before_step(self):
-        if not self.names: return
+        if not self.names or self.by_opt: return
         world = num_distrib()
         for p in self.params:
             if p.grad is None: p.grad = torch.zeros_like(p)

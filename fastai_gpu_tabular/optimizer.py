@@ -12,6 +12,7 @@ from fastai.learner import Learner
 from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
+from .comm import distributed, gather_rows
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'adagrad_rows', 'rowwise_adagrad_rows',
@@ -262,9 +263,11 @@ class SparseEmbedOpt(Optimizer):
     def _rows_step(self, base, members, h):
         "One step of the tables in `base` (`row_groups`): their gradients summed by row, the touched rows and their state updated"
         ids = torch.cat([p.grad._indices()[0] + a for p,a in members])
-        with allowed_sync(): rows,inv = torch.unique(ids, return_inverse=True)  # the step's one host synchronisation: the rows' count
-        vals = torch.cat([p.grad._values() for p,_ in members])
-        g = vals.new_zeros(len(rows), vals.shape[1], dtype=base.dtype).index_add_(0, inv, vals.to(base.dtype))  # in order, on a CPU
+        vals = torch.cat([p.grad._values() for p,_ in members]).to(base.dtype)
+        with allowed_sync():  # the step's host synchronisations: the rows' count (and each rank's lookups, across ranks)
+            if distributed(): ids,vals = gather_rows(ids),gather_rows(vals.mul_(1/num_distrib()))  # DDP's order: divide, then sum
+            rows,inv = torch.unique(ids, return_inverse=True)
+        g = torch.ops.aten.embedding_dense_backward(vals, inv, len(rows), -1, False)  # summed by row: in order on a CPU, sorted on a GPU
         fn,names = SPARSE_RULES[self.rule]
         bufs = {k: self._state_buf(base, members, k, s) for k,s in names.items()}
         step = self.state[members[0][0]].get('step', 0) + 1

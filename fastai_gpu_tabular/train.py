@@ -160,8 +160,6 @@ def check_args(y_block:str, opt:str, precision:str, epochs:int, bs:int|None, emb
         raise ValueError(f"`emb_opt` must be 'dense' or one of {', '.join(SPARSE_RULES)}, not {emb_opt!r}")
     if emb_opt != 'dense' and fastai_model:
         raise ValueError(f"`emb_opt` {emb_opt!r} needs our model's packed tables: leave out `fastai_model`")
-    if emb_opt != 'dense' and num_distrib() > 1:
-        raise ValueError(f"`emb_opt` {emb_opt!r} trains in one process for now: under a launcher, use 'dense' (and `--sparse-embeddings`)")
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
     if opt not in ('auto', 'lamb', 'adam'): raise ValueError(f"`opt` must be 'auto', 'lamb' or 'adam', not {opt!r}")
     if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")

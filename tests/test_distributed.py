@@ -67,6 +67,15 @@ def test_two_ranks_at_half_batch_match_one_process(tmp_path):
     m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
     assert m2['world_size'] == 2 and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < 1e-5
 
+def test_two_ranks_with_sparse_tables_match_one_process(tmp_path):
+    "`--emb-opt`: the tables out of DDP, their touched rows gathered from both ranks by `SparseEmbedOpt` and averaged as DDP does"
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', 'lazy-adam', '--emb-rule', 'fixed', '--emb-dim', 8)
+    one = train(tmp_path, 'one', 1, '--bs', 600, *common)
+    two = train(tmp_path, 'two', 2, '--bs', 300, *common)
+    assert_same_weights(one, two)
+    m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
+    assert m1['sparse_tables'] == m2['sparse_tables'] == [f'embeds.{i}.weight' for i in range(4)]  # users, movies, hour, year_na
+
 @pytest.mark.parametrize('n', [1, 2])
 def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
     # 9,600 rows: 12 batches an epoch
