@@ -1,22 +1,17 @@
 """Embedding tables at click-log scale (issue 28): one training step through `Learner.fit` on Criteo-shaped rows held on the
 GPU, bf16, LAMB for the dense layers, the tables stepped densely (today's: `ForeachLamb` + `ExcludeEmbeddings`) or row-sparsely
-(`FastTabularModel(sparse=True)` + `SparseEmbedOpt`), at one width for every table and at fastai's rule; then one epoch of
-each for its validation AUC. Ratios against the dense step at width 16 of the same run.
+(`FastTabularModel(sparse=True)` + `SparseEmbedOpt`), at one width for every table and at fastai's rule; with `--epoch` one
+epoch of each from scratch for its validation AUC; with `--profile` the torch profiler's busiest kernels and host ops.
+Each configuration runs in its own process (a learner's memory is not all returned within one); ratios against the dense
+step at width 16 of the same run.
 
-    python bench/bench_embeddings.py --rows 30000000 --bs 65536 --widths 16 128 0 --opts dense lazy-adam rowwise-adagrad
+    python bench/bench_embeddings.py --rows 30000000 --bs 65536 --widths 16 128 0 --opts dense lazy-adam rowwise-adagrad --epoch
 """
-import argparse, gc, sys, time
+import argparse, gc, json, os, subprocess, sys, tempfile, time
 from functools import partial
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import sync, report, learner_rate
-import torch
-from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback
-from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
-from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
-from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt
 
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=30_000_000)
@@ -28,46 +23,68 @@ p.add_argument('--lr', type=float, default=1e-2)
 p.add_argument('--repeats', type=int, default=3)
 p.add_argument('--steps', type=int, default=60, help='timed steps a repeat')
 p.add_argument('--epoch', action='store_true', help='also one epoch of each for its validation AUC')
+p.add_argument('--profile', action='store_true', help="print the torch profiler's table of 20 steps of each")
 p.add_argument('--name', default='embeddings')
+p.add_argument('--one-out', default=None, help=argparse.SUPPRESS)  # internal: run one configuration, write its row here
 a = p.parse_args()
 
-t = time.perf_counter()
-to = TabularGPU(synth_criteo(a.rows, cap=a.cap, gpu=True), procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, 42),
-                y_block=CategoryBlock(), **CRITEO_SCHEMA)
-dls = to.dataloaders(bs=a.bs, seed=0)
-print(f'data: {time.perf_counter()-t:.1f} s, {len(to.train):,} training rows', flush=True)
+def one(width, opt):
+    "Measure one configuration in this process: its row of the table"
+    import torch
+    from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback
+    from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
+    from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+    from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+    from fastai_gpu_tabular.learner import tabular_learner
+    from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt
+    to = TabularGPU(synth_criteo(a.rows, cap=a.cap, gpu=True), procs=[Categorify, FillMissing, Normalize],
+                    splits=RandomRowSplit(0.2, 42), y_block=CategoryBlock(), **CRITEO_SCHEMA)
+    dls = to.dataloaders(bs=a.bs, seed=0)
+    def learner():
+        emb = None if width == 0 else {n: width for n in to.cat_names}
+        kw = dict(opt_func=ForeachLamb) if opt == 'dense' else dict(config=dict(sparse=True),
+                                                                     opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule=opt))
+        learn = tabular_learner(dls, layers=[512, 256], emb_szs=emb, metrics=RocAucBinary(), cbs=ExcludeEmbeddings(), **kw)
+        learn.remove_cb(ProgressCallback)
+        return learn.to_bf16()
+    torch.cuda.reset_peak_memory_stats()
+    learn = learner()
+    params = sum(p.numel() for p in learn.model.parameters())
+    rate = learner_rate(learn, a.bs, a.steps*a.bs, a.repeats, lr=a.lr)[0]
+    r = dict(width=width or 'fastai', opt=opt, params=f'{params/1e6:.1f}M', step_ms=round(a.bs/rate*1e3, 2), rows_s=f'{rate/1e6:.2f}M',
+             peak_gb=round(torch.cuda.max_memory_allocated()/1e9, 2))
+    if a.profile:
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof: learner_rate(learn, a.bs, 20*a.bs, 1, lr=a.lr)
+        ev = prof.key_averages()
+        print(f'--- {r["width"]} {opt}: busiest kernels, then host ops')
+        print(ev.table(sort_by='self_cuda_time_total', row_limit=14, max_name_column_width=70))
+        print(ev.table(sort_by='self_cpu_time_total', row_limit=14, max_name_column_width=70))
+    if a.epoch:
+        learn = learner()  # a new model: one epoch from the start
+        sync(); t = time.perf_counter()
+        learn.fit_one_cycle(1, a.lr)
+        sync(); r.update(epoch_s=round(time.perf_counter()-t, 1), auc=round(float(learn.recorder.values[-1][-1]), 4))
+    return r
 
-def learner(width, opt):
-    emb = None if width == 0 else {n: width for n in to.cat_names}
-    if opt == 'dense':
-        learn = tabular_learner(dls, layers=[512, 256], emb_szs=emb, opt_func=ForeachLamb, metrics=RocAucBinary(), cbs=ExcludeEmbeddings())
-    else:
-        learn = tabular_learner(dls, layers=[512, 256], emb_szs=emb, config=dict(sparse=True), metrics=RocAucBinary(),
-                                opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule=opt), cbs=ExcludeEmbeddings())
-    learn.remove_cb(ProgressCallback)
-    return learn.to_bf16()
+if a.one_out:
+    Path(a.one_out).write_text(json.dumps(one(a.widths[0], a.opts[0])))
+    sys.exit()
 
-rows, base = [], {}
+rows = []
 for width in a.widths:
     for opt in a.opts:
-        torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
-        learn = learner(width, opt)
-        params = sum(p.numel() for p in learn.model.parameters())
-        rate = learner_rate(learn, a.bs, a.steps*a.bs, a.repeats, lr=a.lr)[0]
-        r = dict(width=width or 'fastai', opt=opt, params=f'{params/1e6:.1f}M', step_ms=round(a.bs/rate*1e3, 2), rows_s=f'{rate/1e6:.2f}M',
-                 peak_gb=round(torch.cuda.max_memory_allocated()/1e9, 2))
-        if (width, opt) == (16, 'dense'): base['dense16'] = r['step_ms']
-        if a.epoch:
-            learn = learner(width, opt)  # a new model: one epoch from the start
-            sync(); t = time.perf_counter()
-            learn.fit_one_cycle(1, a.lr)
-            sync(); r.update(epoch_s=round(time.perf_counter()-t, 1), auc=round(float(learn.recorder.values[-1][-1]), 4))
-        r['vs_dense16'] = round(r['step_ms']/base['dense16'], 2) if base.get('dense16') else ''
-        same = next((o for o in rows if o['width'] == r['width'] and o['opt'] == 'dense'), None)
-        r['speedup_vs_dense'] = round(same['step_ms']/r['step_ms'], 2) if same and opt != 'dense' else ''
+        with tempfile.TemporaryDirectory() as d:
+            args = [o for o in sys.argv[1:]]
+            cmd = [sys.executable, __file__, *args, '--widths', str(width), '--opts', opt, '--one-out', f'{d}/row.json']
+            res = subprocess.run(cmd, capture_output=not a.profile, text=True)
+            if res.returncode: print(f'{width} {opt} failed:\n' + (res.stderr or '')[-3000:], flush=True); continue
+            r = json.loads(Path(f'{d}/row.json').read_text())
+        dense16 = next((o['step_ms'] for o in rows if (o['width'], o['opt']) == (16, 'dense')), None)
+        same = next((o['step_ms'] for o in rows if o['width'] == r['width'] and o['opt'] == 'dense'), None)
+        r.update(vs_dense16=round(r['step_ms']/dense16, 2) if dense16 else '',
+                 speedup_vs_dense=round(same/r['step_ms'], 2) if same and opt != 'dense' else '')
         rows.append(r); print(r, flush=True)
-        learn.pred = learn.loss = learn.loss_grad = learn.xb = learn.yb = learn.opt = learn.model = None  # the last graph, the state
-        del learn; gc.collect(); torch.cuda.empty_cache()
 
 report(a.name, rows, ['width', 'opt', 'params', 'step_ms', 'rows_s', 'vs_dense16', 'speedup_vs_dense', 'peak_gb', 'epoch_s', 'auc'],
        dict(bench='embeddings', n_rows=a.rows, cap=a.cap, bs=a.bs, lr=a.lr, layers=[512, 256], precision='bf16'))

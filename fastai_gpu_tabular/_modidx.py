@@ -328,6 +328,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                           'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt._state_buf': ( 'optimizer.html#sparseembedopt._state_buf',
                                                                                                           'fastai_gpu_tabular/optimizer.py'),
+                                              'fastai_gpu_tabular.optimizer.SparseEmbedOpt._touched': ( 'optimizer.html#sparseembedopt._touched',
+                                                                                                        'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt.step': ( 'optimizer.html#sparseembedopt.step',
                                                                                                     'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt.zero_grad': ( 'optimizer.html#sparseembedopt.zero_grad',

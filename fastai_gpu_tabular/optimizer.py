@@ -256,29 +256,39 @@ class SparseEmbedOpt(Optimizer):
     def step(self, closure=None):
         for pg,h in zip(self.param_lists, self.hypers):
             ps = [p for p in pg if p.grad is not None and p.grad.is_sparse]
-            for base,members in row_groups(ps): self._rows_step(base, members, h)
+            if ps: self._rows_step(row_groups(ps), h)
             for p in ps: p.grad = None
         self.dense.step(closure)
 
-    def _rows_step(self, base, members, h):
-        "One step of the tables in `base` (`row_groups`): their gradients summed by row, the touched rows and their state updated"
-        ids = torch.cat([p.grad._indices()[0] + a for p,a in members])
-        vals = torch.cat([p.grad._values() for p,_ in members]).to(base.dtype)
-        with allowed_sync():  # the step's host synchronisations: the rows' count (and each rank's lookups, across ranks)
-            if distributed(): ids,vals = gather_rows(ids),gather_rows(vals.mul_(1/num_distrib()))  # DDP's order: divide, then sum
-            rows,inv = torch.unique(ids, return_inverse=True)
-        g = torch.ops.aten.embedding_dense_backward(vals, inv, len(rows), -1, False)  # summed by row: in order on a CPU, sorted on a GPU
+    def _touched(self, groups):
+        "[(rows, summed gradients)] of each group (`row_groups`): the touched rows of all groups found at once, in one id space"
+        starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
+        ids = [torch.cat([p.grad._indices()[0] + (a + s) for p,a in ms]) for (_,ms),s in zip(groups, starts)]
+        vals = [torch.cat([p.grad._values() for p,_ in ms]).to(b.dtype) for b,ms in groups]
+        with allowed_sync():  # the step's host synchronisations: the rows' count, the groups' bounds (each rank's lookups, across ranks)
+            if distributed(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, then +
+            rows,inv = torch.unique(torch.cat(ids), return_inverse=True)
+            bounds = [0, len(rows)] if len(groups) == 1 else torch.searchsorted(rows, rows.new_tensor(starts)).tolist()
+        res,e = [],0
+        for (b,_),v,s,r0,r1 in zip(groups, vals, starts, bounds, bounds[1:]):
+            g = torch.ops.aten.embedding_dense_backward(v, inv[e:e+len(v)] - r0, r1 - r0, -1, False)  # in order on a CPU; sorted on a GPU
+            res.append((rows[r0:r1] - s, g)); e += len(v)
+        return res
+
+    def _rows_step(self, groups, h):
+        "One step of the tables in `groups` (`row_groups`): the rows a batch touched and their state, by `rule`"
         fn,names = SPARSE_RULES[self.rule]
-        bufs = {k: self._state_buf(base, members, k, s) for k,s in names.items()}
-        step = self.state[members[0][0]].get('step', 0) + 1
-        for p,_ in members: self.state[p]['step'] = step
         lr,wd = h['lr']*self.lr_mult,h.get('wd', 0.)
-        w = base[rows]
-        if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only
-        st = {k: b[rows] for k,b in bufs.items()}
-        w = fn(w, g, st, lr=lr, eps=h['eps'], step=step, mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
-        for k,b in bufs.items(): b.index_copy_(0, rows, st[k])
-        base.index_copy_(0, rows, w)
+        for (base,members),(rows,g) in zip(groups, self._touched(groups)):
+            bufs = {k: self._state_buf(base, members, k, s) for k,s in names.items()}
+            step = self.state[members[0][0]].get('step', 0) + 1
+            for p,_ in members: self.state[p]['step'] = step
+            w = base[rows]
+            if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only
+            st = {k: b[rows] for k,b in bufs.items()}
+            w = fn(w, g, st, lr=lr, eps=h['eps'], step=step, mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
+            for k,b in bufs.items(): b.index_copy_(0, rows, st[k])
+            base.index_copy_(0, rows, w)
 
     def _state_buf(self, base, members, name, row):
         "State `name` of the tables in `base`: one tensor (rows: () as the weights, None one value), each table's state its rows"

@@ -67,9 +67,10 @@ def test_two_ranks_at_half_batch_match_one_process(tmp_path):
     m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
     assert m2['world_size'] == 2 and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < 1e-5
 
-def test_two_ranks_with_sparse_tables_match_one_process(tmp_path):
+@pytest.mark.parametrize('emb', [('lazy-adam', 'fixed', '8'), ('adagrad', 'fastai', 'userId=8,movieId=6')])  # one width; three
+def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
     "`--emb-opt`: the tables out of DDP, their touched rows gathered from both ranks by `SparseEmbedOpt` and averaged as DDP does"
-    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', 'lazy-adam', '--emb-rule', 'fixed', '--emb-dim', 8)
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', emb[0], '--emb-rule', emb[1], '--emb-dim', emb[2])
     one = train(tmp_path, 'one', 1, '--bs', 600, *common)
     two = train(tmp_path, 'two', 2, '--bs', 300, *common)
     assert_same_weights(one, two)
