@@ -324,6 +324,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt.__init__': ( 'optimizer.html#sparseembedopt.__init__',
                                                                                                         'fastai_gpu_tabular/optimizer.py'),
+                                              'fastai_gpu_tabular.optimizer.SparseEmbedOpt._offsets': ( 'optimizer.html#sparseembedopt._offsets',
+                                                                                                        'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt._rows_step': ( 'optimizer.html#sparseembedopt._rows_step',
                                                                                                           'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt._state_buf': ( 'optimizer.html#sparseembedopt._state_buf',

@@ -125,34 +125,39 @@ def table_groups(tables:list)->list:
         res.append((t0.new_empty(0).set_(t0.untyped_storage(), t0.storage_offset(), (sum(len(t) for t in ts), w), (w, 1)), cols))
     return res
 
-_offsets = {}  # (device, table shapes): each width's row offsets and columns on the device
+_offsets = {}  # (device, table shapes): each width's row offsets, columns and block columns on the device
 
 class _TableBlock(torch.autograd.Function):
     @staticmethod
     def forward(ctx, idx, width, groups, n_tab, *ts):
         tabs,dense = ts[:n_tab],ts[n_tab:]
         starts = np.cumsum([0]+[t.shape[1] for t in tabs])
-        x,bs = tabs[0].new_empty(len(idx), width),len(idx)
+        x,bs,runs = tabs[0].new_empty(len(idx), width),len(idx),[]
         for base,cols,offs in groups:
             d,k = base.shape[1],len(cols)
             ids = idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0]==k-1 else idx[:, offs[1]]
             e = F.embedding(ids + offs[0], base)  # one lookup for the tables of this width
-            if (starts[cols] == starts[cols[0]] + d*np.arange(k)).all(): x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
-            else:
-                for j,c in enumerate(cols): x[:, starts[c]:starts[c]+d] = e[:, j]
+            run = (starts[cols] == starts[cols[0]] + d*np.arange(k)).all()  # a run of the block's columns, or spread over it
+            if run: x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
+            else: x.index_copy_(1, offs[2], e.view(bs, k*d))
+            runs.append((cols, starts[cols[0]] if run else offs[2], d))
         a = starts[-1]
         for dn in dense: x[:, a:a+dn.shape[1]].copy_(dn); a += dn.shape[1]
         x[:, a:].zero_()
         ctx.save_for_backward(idx)
-        ctx.tabs,ctx.starts,ctx.dense = [t.shape for t in tabs],starts,[dn.shape[1] for dn in dense]
+        ctx.tabs,ctx.starts,ctx.dense,ctx.runs = [t.shape for t in tabs],starts,[dn.shape[1] for dn in dense],runs
         return x
 
     @staticmethod
     def backward(ctx, g):
         idx, = ctx.saved_tensors
-        grads = [torch.sparse_coo_tensor(idx[:, i][None].long(), g[:, a:a+d], (n, d), check_invariants=False)
-                 if ctx.needs_input_grad[4+i] else None
-                 for i,((n,d),a) in enumerate(zip(ctx.tabs, ctx.starts))]  # row-sparse: the batch's rows, uncoalesced
+        ids = idx.t().to(torch.long, memory_format=torch.contiguous_format)  # a table's codes: one contiguous row, in one copy
+        vals = {}
+        for cols,a,d in ctx.runs:  # a width's gradients table by table, contiguous, in one copy (autograd keeps them without another)
+            ga = g[:, a:a+len(cols)*d] if isinstance(a, (int, np.integer)) else g.index_select(1, a)
+            vals.update(zip(cols, ga.unflatten(1, (len(cols), d)).transpose(0, 1).contiguous()))
+        grads = [torch.sparse_coo_tensor(ids[i:i+1], vals[i], (n, d), check_invariants=False) if ctx.needs_input_grad[4+i] else None
+                 for i,(n,d) in enumerate(ctx.tabs)]  # row-sparse: the batch's rows, uncoalesced
         a = ctx.starts[-1]
         for j,d in enumerate(ctx.dense):
             grads.append(g[:, a:a+d] if ctx.needs_input_grad[4+len(ctx.tabs)+j] else None); a += d
@@ -170,8 +175,11 @@ def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
     if not tables: raise ValueError("`table_block` needs at least one table")
     key = (idx.device, *(t.shape for t in tables))
     if key not in _offsets:  # made once: a tensor copied to the GPU each batch would wait for it
+        starts = np.cumsum([0]+[t.shape[1] for t in tables])
         _offsets[key] = [(torch.tensor(np.cumsum([0]+[len(tables[c]) for c in cols[:-1]]), device=idx.device),
-                          torch.tensor(cols, device=idx.device)) for _,cols in table_groups(tables)]
+                          torch.tensor(cols, device=idx.device),
+                          torch.tensor(np.concatenate([np.arange(starts[c], starts[c+1]) for c in cols]), device=idx.device))
+                         for _,cols in table_groups(tables)]
     groups = [(b, cols, o) for (b,cols),o in zip(table_groups(tables), _offsets[key])]
     return _TableBlock.apply(idx, width, groups, len(tables), *tables, *dense)
 

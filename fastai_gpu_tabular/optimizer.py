@@ -263,7 +263,7 @@ class SparseEmbedOpt(Optimizer):
     def _touched(self, groups):
         "[(rows, summed gradients)] of each group (`row_groups`): the touched rows of all groups found at once, in one id space"
         starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
-        ids = [torch.cat([p.grad._indices()[0] + (a + s) for p,a in ms]) for (_,ms),s in zip(groups, starts)]
+        ids = [torch.cat([p.grad._indices() for p,_ in ms], 1)[0] + self._offsets(ms, s) for (_,ms),s in zip(groups, starts)]
         vals = [torch.cat([p.grad._values() for p,_ in ms]).to(b.dtype) for b,ms in groups]
         with allowed_sync():  # the step's host synchronisations: the rows' count, the groups' bounds (each rank's lookups, across ranks)
             if distributed(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, then +
@@ -274,6 +274,16 @@ class SparseEmbedOpt(Optimizer):
             g = torch.ops.aten.embedding_dense_backward(v, inv[e:e+len(v)] - r0, r1 - r0, -1, False)  # in order on a CPU; sorted on a GPU
             res.append((rows[r0:r1] - s, g)); e += len(v)
         return res
+
+    def _offsets(self, members, start):
+        "Each entry's row offset in its group's id space: made once per shape of step (a tensor sent to the GPU each step would wait)"
+        key = (start, tuple((a, p.grad._nnz()) for p,a in members), members[0][0].device)
+        cache = self.__dict__.setdefault('_offs', {})
+        if key not in cache:
+            if len(cache) > 8: cache.clear()
+            cache[key] = torch.tensor(np.repeat([a + start for _,a in members], [p.grad._nnz() for p,_ in members]),
+                                      device=members[0][0].device)
+        return cache[key]
 
     def _rows_step(self, groups, h):
         "One step of the tables in `groups` (`row_groups`): the rows a batch touched and their state, by `rule`"
