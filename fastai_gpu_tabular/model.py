@@ -145,7 +145,7 @@ class _TableBlock(torch.autograd.Function):
         for dn in dense: x[:, a:a+dn.shape[1]].copy_(dn); a += dn.shape[1]
         x[:, a:].zero_()
         ctx.save_for_backward(idx)
-        ctx.tabs,ctx.starts,ctx.dense,ctx.runs = [t.shape for t in tabs],starts,[dn.shape[1] for dn in dense],runs
+        ctx.tabs,ctx.starts,ctx.dense,ctx.runs = tabs,starts,[dn.shape[1] for dn in dense],runs
         return x
 
     @staticmethod
@@ -153,11 +153,14 @@ class _TableBlock(torch.autograd.Function):
         idx, = ctx.saved_tensors
         ids = idx.t().to(torch.long, memory_format=torch.contiguous_format)  # a table's codes: one contiguous row, in one copy
         vals = {}
-        for cols,a,d in ctx.runs:  # a width's gradients table by table, contiguous, in one copy (autograd keeps them without another)
+        for cols,a,d in ctx.runs:  # a width's gradients table by table, contiguous, in one copy
             ga = g[:, a:a+len(cols)*d] if isinstance(a, (int, np.integer)) else g.index_select(1, a)
             vals.update(zip(cols, ga.unflatten(1, (len(cols), d)).transpose(0, 1).contiguous()))
-        grads = [torch.sparse_coo_tensor(ids[i:i+1], vals[i], (n, d), check_invariants=False) if ctx.needs_input_grad[4+i] else None
-                 for i,(n,d) in enumerate(ctx.tabs)]  # row-sparse: the batch's rows, uncoalesced
+        for i,t in enumerate(ctx.tabs):  # row-sparse: the batch's rows, uncoalesced, set (or added) here: autograd's accumulation
+            if not ctx.needs_input_grad[4+i]: continue  # would copy each table's (it keeps a sparse gradient only when nothing else can)
+            gi = torch.sparse_coo_tensor(ids[i:i+1], vals[i], t.shape, check_invariants=False)
+            t.grad = gi if t.grad is None else t.grad + gi
+        grads = [None]*len(ctx.tabs)
         a = ctx.starts[-1]
         for j,d in enumerate(ctx.dense):
             grads.append(g[:, a:a+d] if ctx.needs_input_grad[4+len(ctx.tabs)+j] else None); a += d
