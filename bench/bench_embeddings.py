@@ -61,6 +61,7 @@ def one(width, opt):
         print(ev.table(sort_by='self_cuda_time_total', row_limit=14, max_name_column_width=70))
         print(ev.table(sort_by='self_cpu_time_total', row_limit=14, max_name_column_width=70))
     if a.epoch:
+        learn = None; gc.collect(); torch.cuda.empty_cache()  # the timed model's memory back before the next is built
         learn = learner()  # a new model: one epoch from the start
         sync(); t = time.perf_counter()
         learn.fit_one_cycle(1, a.lr)
@@ -80,7 +81,7 @@ for width in a.widths:
             res = subprocess.run(cmd, capture_output=not a.profile, text=True)
             if res.returncode: print(f'{width} {opt} failed:\n' + (res.stderr or '')[-3000:], flush=True); continue
             r = json.loads(Path(f'{d}/row.json').read_text())
-        dense16 = next((o['step_ms'] for o in rows if (o['width'], o['opt']) == (16, 'dense')), None)
+        dense16 = next((o['step_ms'] for o in rows + [r] if (o['width'], o['opt']) == (16, 'dense')), None)
         same = next((o['step_ms'] for o in rows if o['width'] == r['width'] and o['opt'] == 'dense'), None)
         r.update(vs_dense16=round(r['step_ms']/dense16, 2) if dense16 else '',
                  speedup_vs_dense=round(same/r['step_ms'], 2) if same and opt != 'dense' else '')
