@@ -20,6 +20,7 @@ p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--widths', type=int, nargs='+', default=[16, 128, 0], help="one width for every table; 0: fastai's rule")
 p.add_argument('--opts', nargs='+', default=['dense', 'lazy-adam', 'rowwise-adagrad'], help="the tables' step")
 p.add_argument('--lr', type=float, default=1e-2)
+p.add_argument('--freq-threshold', type=int, nargs='+', default=[0], help="`Categorify`'s: ids seen fewer times share one code; a row each")
 p.add_argument('--repeats', type=int, default=3)
 p.add_argument('--steps', type=int, default=60, help='timed steps a repeat')
 p.add_argument('--epoch', action='store_true', help='also one epoch of each for its validation AUC')
@@ -28,16 +29,17 @@ p.add_argument('--name', default='embeddings')
 p.add_argument('--one-out', default=None, help=argparse.SUPPRESS)  # internal: run one configuration, write its row here
 a = p.parse_args()
 
-def one(width, opt):
+def one(width, opt, threshold=0):
     "Measure one configuration in this process: its row of the table"
     import torch
     from fastai.tabular.all import CategoryBlock, RocAucBinary, ProgressCallback
-    from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
+    from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA, categorify
     from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
     from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
     from fastai_gpu_tabular.learner import tabular_learner
     from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt
-    to = TabularGPU(synth_criteo(a.rows, cap=a.cap, gpu=True), procs=[Categorify, FillMissing, Normalize],
+    cat = categorify(str(threshold), None, CRITEO_SCHEMA['cat_names']) if threshold else Categorify
+    to = TabularGPU(synth_criteo(a.rows, cap=a.cap, gpu=True), procs=[cat, FillMissing, Normalize],
                     splits=RandomRowSplit(0.2, 42), y_block=CategoryBlock(), **CRITEO_SCHEMA)
     dls = to.dataloaders(bs=a.bs, seed=0)
     def learner():
@@ -51,7 +53,8 @@ def one(width, opt):
     learn = learner()
     params = sum(p.numel() for p in learn.model.parameters())
     rate = learner_rate(learn, a.bs, a.steps*a.bs, a.repeats, lr=a.lr)[0]
-    r = dict(width=width or 'fastai', opt=opt, params=f'{params/1e6:.1f}M', step_ms=round(a.bs/rate*1e3, 2), rows_s=f'{rate/1e6:.2f}M',
+    r = dict(width=width or 'fastai', opt=opt, threshold=threshold, params=f'{params/1e6:.1f}M', step_ms=round(a.bs/rate*1e3, 2),
+             rows_s=f'{rate/1e6:.2f}M',
              peak_gb=round(torch.cuda.max_memory_allocated()/1e9, 2))
     if a.profile:
         from torch.profiler import profile, ProfilerActivity
@@ -69,23 +72,23 @@ def one(width, opt):
     return r
 
 if a.one_out:
-    Path(a.one_out).write_text(json.dumps(one(a.widths[0], a.opts[0])))
+    Path(a.one_out).write_text(json.dumps(one(a.widths[0], a.opts[0], a.freq_threshold[0])))
     sys.exit()
 
 rows = []
-for width in a.widths:
-    for opt in a.opts:
-        with tempfile.TemporaryDirectory() as d:
-            args = [o for o in sys.argv[1:]]
-            cmd = [sys.executable, __file__, *args, '--widths', str(width), '--opts', opt, '--one-out', f'{d}/row.json']
-            res = subprocess.run(cmd, capture_output=not a.profile, text=True)
-            if res.returncode: print(f'{width} {opt} failed:\n' + (res.stderr or '')[-3000:], flush=True); continue
-            r = json.loads(Path(f'{d}/row.json').read_text())
-        dense16 = next((o['step_ms'] for o in rows + [r] if (o['width'], o['opt']) == (16, 'dense')), None)
-        same = next((o['step_ms'] for o in rows if o['width'] == r['width'] and o['opt'] == 'dense'), None)
-        r.update(vs_dense16=round(r['step_ms']/dense16, 2) if dense16 else '',
-                 speedup_vs_dense=round(same/r['step_ms'], 2) if same and opt != 'dense' else '')
-        rows.append(r); print(r, flush=True)
+for width, opt, ft in [(w, o, t) for w in a.widths for o in a.opts for t in a.freq_threshold]:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, __file__, *sys.argv[1:], '--widths', str(width), '--opts', opt, '--freq-threshold', str(ft),
+               '--one-out', f'{d}/row.json']
+        res = subprocess.run(cmd, capture_output=not a.profile, text=True)
+        if res.returncode: print(f'{width} {opt} {ft} failed:\n' + (res.stderr or '')[-3000:], flush=True); continue
+        r = json.loads(Path(f'{d}/row.json').read_text())
+    dense16 = next((o['step_ms'] for o in rows + [r] if (o['width'], o['opt'], o['threshold']) == (16, 'dense', 0)), None)
+    same = next((o['step_ms'] for o in rows if (o['width'], o['threshold'], o['opt']) == (r['width'], ft, 'dense')), None)
+    r.update(vs_dense16=round(r['step_ms']/dense16, 2) if dense16 else '',
+             speedup_vs_dense=round(same/r['step_ms'], 2) if same and opt != 'dense' else '')
+    rows.append(r); print(r, flush=True)
 
-report(a.name, rows, ['width', 'opt', 'params', 'step_ms', 'rows_s', 'vs_dense16', 'speedup_vs_dense', 'peak_gb', 'epoch_s', 'auc'],
+report(a.name, rows, ['width', 'opt', 'threshold', 'params', 'step_ms', 'rows_s', 'vs_dense16', 'speedup_vs_dense', 'peak_gb',
+                      'epoch_s', 'auc'],
        dict(bench='embeddings', n_rows=a.rows, cap=a.cap, bs=a.bs, lr=a.lr, layers=[512, 256], precision='bf16'))
