@@ -26,7 +26,8 @@ from fastai_gpu_tabular.data import synth_movielens, synth_tabular, synth_criteo
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
 from fastai_gpu_tabular.learner import tabular_learner
-from fastai_gpu_tabular.optimizer import ForeachLamb
+from fastai_gpu_tabular.optimizer import ForeachLamb, SparseEmbedOpt
+from functools import partial
 from fastai_gpu_tabular.stream import ParquetDataLoader, ProcessedSplit
 from fastai_gpu_tabular.distributed import use_rank_gpu
 from fastai_gpu_tabular.comm import broadcast_object
@@ -43,6 +44,8 @@ p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], 
 p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
 p.add_argument('--prefetch', type=int, nargs='+', default=[2], help="the streaming loader's windows read ahead at once, a row each")
 p.add_argument('--emb-dim', type=int, nargs='+', default=None, help="one embedding width for every table, a row each (default: fastai's rule)")
+p.add_argument('--emb-opt', default='dense', help="the tables' step: 'dense' (LAMB's) or a `SparseEmbedOpt` rule (packed tables, row-sparse)")
+p.add_argument('--skip-loader', action='store_true', help='leave out the loader-alone rows (epochs of the loader by itself)')
 a = p.parse_args()
 assert gpu_available(), "this benchmark needs cuDF and a CUDA GPU"
 world = int(os.environ.get('WORLD_SIZE', 1))
@@ -63,7 +66,9 @@ src = ProcessedSplit(path)
 mem = int(src.nbytes.sum()*a.mem_frac)
 
 def fit_rate(dls, bs, emb=None):
-    learn = tabular_learner(dls, layers=LAYERS, opt_func=ForeachLamb, emb_szs=None if emb is None else {n: emb for n in dls.train_ds.cat_names}).to_bf16()
+    kw = (dict(opt_func=ForeachLamb) if a.emb_opt == 'dense' else
+          dict(config=dict(sparse=True), opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule=a.emb_opt)))
+    learn = tabular_learner(dls, layers=LAYERS, emb_szs=None if emb is None else {n: emb for n in dls.train_ds.cat_names}, **kw).to_bf16()
     if world == 1: return learner_rate(learn, bs, 10**12, a.repeats)[0]  # an epoch less the warm-up batches
     with learn.distrib_ctx(sync_bn=False): return learner_rate(learn, bs, 10**12, a.repeats)[0] * world
 
@@ -89,7 +94,7 @@ def pyarrow_epoch(bs):
                 yield [torch.as_tensor(b.column(i).to_numpy()).to(device) for i in range(b.num_columns)]
     return it
 
-rows, meta = [], dict(bench='stream', shape=a.shape, cap=a.cap if a.shape == 'criteo' else None, reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
+rows, meta = [], dict(bench='stream', shape=a.shape, emb_opt=a.emb_opt, cap=a.cap if a.shape == 'criteo' else None, reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
                       data_bytes=int(src.nbytes.sum()), mem_bytes=mem, row_groups=len(src.groups))
 for bs,emb,pf in [(bs, emb, pf) for bs in a.bs for emb in (a.emb_dim or [None]) for pf in a.prefetch]:
     if pf == a.prefetch[0]:  # the resident baseline: once a batch size and width
@@ -100,7 +105,7 @@ for bs,emb,pf in [(bs, emb, pf) for bs in a.bs for emb in (a.emb_dim or [None]) 
     streamed = fit_rate(dls, bs, emb)
     r = dict(bs=bs, emb=emb or 'rule', prefetch=pf, resident_fit=f'{resident/1e6:.2f}M', stream_fit=f'{streamed/1e6:.2f}M', ratio=f'{streamed/resident:.3f}',
              windows=len(dls.train.windows()))
-    if world == 1 and emb == (a.emb_dim or [None])[0]:  # the loader alone: once a batch size (and read-ahead)
+    if world == 1 and emb == (a.emb_dim or [None])[0] and not a.skip_loader:  # the loader alone: once a batch size (and read-ahead)
         dl = ParquetDataLoader(path, bs=bs, shuffle=True, drop_last=True, mem_bytes=mem, seed=0, device=device, reader=a.reader, prefetch=pf)
         n = len(dl)*bs
         cached = epoch_rate(lambda: dl, n)
