@@ -579,6 +579,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                            'fastai_gpu_tabular.stream._pinned': ('stream.html#_pinned', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._procs': ('stream.html#_procs', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._to_gpu': ('stream.html#_to_gpu', 'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream.default_mem_bytes': ( 'stream.html#default_mem_bytes',
+                                                                                            'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.is_processed': ( 'stream.html#is_processed',
                                                                                        'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.read_dataset_info': ( 'stream.html#read_dataset_info',

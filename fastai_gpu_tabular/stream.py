@@ -16,7 +16,7 @@ from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['read_dataset_info', 'is_processed', 'ProcessedSplit', 'ParquetDataLoader']
+__all__ = ['STREAM_MAX_BYTES', 'read_dataset_info', 'is_processed', 'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -242,6 +242,13 @@ def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     return t
 
 # %% ../nbs/04c_stream.ipynb #dd051901
+STREAM_MAX_BYTES = 2*2**30  # the default `mem_bytes` at most: windows of ~650 MB with two read ahead
+
+def default_mem_bytes(device=None)->int:
+    """`ParquetDataLoader`'s `mem_bytes` when none is given: 1/4 of the device's free memory, at most `STREAM_MAX_BYTES`: the
+    first window is read (and its pinned buffer made) before any batch, so a window of the whole split makes an epoch wait"""
+    return min(device_bytes_free(device or 'cpu')//4, STREAM_MAX_BYTES)
+
 class ParquetDataLoader(BatchDataLoader):
     "`BatchDataLoader`'s batches streamed from a processed folder: windows of row groups, shuffled, read ahead, within `mem_bytes`"
     def __init__(self,
@@ -249,7 +256,7 @@ class ParquetDataLoader(BatchDataLoader):
         bs:int=64, # Rows per batch (per rank)
         shuffle:bool=False, # A new order of the row groups every epoch, and of the rows within each window of them
         drop_last:bool=False, # Drop the last partial batch
-        mem_bytes:int|None=None, # Most bytes of rows on this rank's device at once, read-ahead included (default: 1/4 of its free memory)
+        mem_bytes:int|None=None, # Most bytes of rows on this rank's device at once, read-ahead included (default: `default_mem_bytes`)
         split:str='train', # The split of `source` to read: 'train' or 'valid'
         reader:str='pyarrow', # 'pyarrow': decode on the CPU, copy on a side stream; 'cudf': decode on the GPU (the training stream)
         prefetch:int=2, # Windows read ahead at once, each by its own thread (`mem_bytes` holds them and the one in use)
@@ -277,7 +284,7 @@ class ParquetDataLoader(BatchDataLoader):
 
     def window_bytes(self)->int:
         "Bytes of the row groups a window reads: `mem_bytes` less two batches, shared by the window in use and the `prefetch` read ahead"
-        mem,k = self.mem_bytes or device_bytes_free(self.device or 'cpu')//4,self.prefetch+1
+        mem,k = self.mem_bytes or default_mem_bytes(self.device),self.prefetch+1
         if not len(self.src.groups): return mem
         per_row = int((self.src.nbytes/np.maximum(self.src.rows, 1)).max())+1
         res,biggest = (mem - 2*self.bs*per_row)//k,int(self.src.nbytes.max())
@@ -381,7 +388,7 @@ def from_processed(cls:TabularDataLoaders,
     path, # A processed folder (`to_parquet`, `TabularDask.to_parquet`, `fgt-prep --out`): local or an fsspec URL
     bs:int=64, # Rows per training batch (per rank)
     val_bs:int|None=None, # Rows per validation batch (default: `bs`)
-    mem_bytes:int|None=None, # Most bytes of rows resident on each rank's device (default: 1/4 of its free memory)
+    mem_bytes:int|None=None, # Most bytes of rows resident on each rank's device (default: `default_mem_bytes`)
     shuffle:bool=True, # Shuffle the training rows: row groups, then rows within windows
     seed:int|None=None, # Seed of the order (over several ranks, rank 0's)
     device=None, # Device of the batches (default: fastai's `default_device()`)

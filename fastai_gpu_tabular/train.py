@@ -296,7 +296,7 @@ def main(
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
     stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never)
     last:store_true=False, # Keep the last epoch's weights (default: the epoch with the lowest validation loss)
-    mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: 1/4 of its free memory)
+    mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: `default_mem_bytes`, at most 2 GiB)
     group_names:str=None, # Columns grouping ranking metrics, e.g. 'userId' (raw ids; a processed folder's pass-through columns)
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
     freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')

@@ -188,3 +188,13 @@ def test_bad_input_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"`mem_bytes`=50,000 is too small .* one batch of 4,096 rows"): ParquetDataLoader(path, bs=4096,
                                                                                                                            mem_bytes=50_000)
     with pytest.raises(ValueError, match='mh_width'): ParquetDataLoader(path, mh_width='max')
+
+def test_default_mem_bytes_is_capped_so_an_epoch_streams(big, monkeypatch):
+    "Without `mem_bytes`, a quarter of the free memory, at most `STREAM_MAX_BYTES`: never one window of the whole split"
+    import fastai_gpu_tabular.stream as stream
+    to, path, mem = big
+    assert stream.default_mem_bytes('cpu') <= stream.STREAM_MAX_BYTES
+    monkeypatch.setattr(stream, 'STREAM_MAX_BYTES', mem)  # the cap at a tenth of this split: its windows, as if mem_bytes=mem
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, seed=1)
+    assert dl.mem_bytes is None and dl.window_bytes() == ParquetDataLoader(path, bs=4096, mem_bytes=mem).window_bytes()
+    assert len(dl.windows()) >= 10
