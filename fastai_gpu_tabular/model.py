@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastai.tabular.all import *
 
 # %% auto #0
-__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'embed_block', 'table_groups', 'table_block',
-           'FastTabularModel', 'layer_info', 'save_weights', 'load_weights']
+__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'block_width', 'embed_block', 'storage_view',
+           'table_groups', 'table_block', 'FastTabularModel', 'layer_info', 'save_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -97,19 +97,27 @@ class _EmbedBlock(torch.autograd.Function):
             grads.append(g[:, a:a+d] if ctx.needs_input_grad[3+len(ctx.tabs)+j] else None); a += d
         return (None, None, None, *grads)
 
+def block_width(tables:list, dense:list, width:int|None)->int:
+    "Columns of `embed_block`'s or `table_block`'s block: `width`, or the tables' and dense parts' (an error if `width` is narrower)"
+    n = sum(t.shape[1] for t in tables) + sum(d.shape[1] for d in dense)
+    if ifnone(width, n) < n: raise ValueError(f"`width`={width} is narrower than the {n} columns of the tables and dense parts")
+    return ifnone(width, n)
+
 def embed_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
                 tables:list, # Embedding weights, (cardinality, width) each
                 dense:list=(), # (bs, width) tensors placed after the embeddings
                 width:int|None=None, # Columns of the result, zeros after the data (default: no padding)
                )->Tensor:
     "`torch.cat([F.embedding(idx[:,i], t) for i,t in enumerate(tables)] + dense, 1)` written into one block padded to `width` columns"
-    n = sum(t.shape[1] for t in tables) + sum(d.shape[1] for d in dense)
-    width = ifnone(width, n)
-    if width < n: raise ValueError(f"`width`={width} is narrower than the {n} columns of the tables and dense parts")
     if not tables and not dense: raise ValueError("`embed_block` needs at least one table or dense part")
-    return _EmbedBlock.apply(idx, width, len(tables), *tables, *dense)
+    return _EmbedBlock.apply(idx, block_width(tables, dense, width), len(tables), *tables, *dense)
 
 # %% ../nbs/04b_model.ipynb #5e7a91c2
+def storage_view(t:Tensor, shape:tuple)->Tensor:
+    "A contiguous tensor of `shape` over `t`'s storage from `t`'s first element (rows of several tensors packed together)"
+    t = t.detach()
+    return t.new_empty(0).set_(t.untyped_storage(), t.storage_offset(), shape, tuple(int(np.prod(shape[i+1:])) for i in range(len(shape))))
+
 def table_groups(tables:list)->list:
     "[(base, columns)]: `tables` (embedding weights) by width, each width's tables rows of one tensor `base` (packed into one if not)"
     res = []
@@ -121,8 +129,7 @@ def table_groups(tables:list)->list:
         if not all(t.is_contiguous() for t in ts) or not all(same(a,b) for a,b in zip(ts, ts[1:])):  # new, or moved by `Module.to`
             base,a = torch.cat([t.detach() for t in ts]),0
             for t in ts: t.data,a = base[a:a+len(t)],a+len(t)  # the same `Parameter`s (optimizer state stays theirs), now rows of `base`
-        t0 = ts[0].detach()
-        res.append((t0.new_empty(0).set_(t0.untyped_storage(), t0.storage_offset(), (sum(len(t) for t in ts), w), (w, 1)), cols))
+        res.append((storage_view(ts[0], (sum(len(t) for t in ts), w)), cols))
     return res
 
 _offsets = {}  # (device, table shapes): each width's row offsets, columns and block columns on the device
@@ -172,10 +179,8 @@ def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
                 width:int|None=None, # Columns of the result, zeros after the data (default: no padding)
                )->Tensor:
     "`embed_block`'s block from one lookup a width of table (`table_groups`), with row-sparse gradients for the tables"
-    n = sum(t.shape[1] for t in tables) + sum(d.shape[1] for d in dense)
-    width = ifnone(width, n)
-    if width < n: raise ValueError(f"`width`={width} is narrower than the {n} columns of the tables and dense parts")
     if not tables: raise ValueError("`table_block` needs at least one table")
+    width = block_width(tables, dense, width)
     key = (idx.device, *(t.shape for t in tables))
     if key not in _offsets:  # made once: a tensor copied to the GPU each batch would wait for it
         starts = np.cumsum([0]+[t.shape[1] for t in tables])

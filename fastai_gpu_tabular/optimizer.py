@@ -13,6 +13,7 @@ from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
 from .comm import distributed, gather_rows
+from .model import storage_view
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'adagrad_rows', 'rowwise_adagrad_rows',
@@ -205,8 +206,7 @@ def row_groups(ps:list)->list:
         n = (grp[-1].storage_offset() + grp[-1].numel() - p0.storage_offset())//d
         if not all(p.is_contiguous() for p in grp) or any((p.storage_offset()-p0.storage_offset()) % d for p in grp):
             res += [(p, [(p, 0)]) for p in grp]
-        else: res.append((p0.new_empty(0).set_(p0.untyped_storage(), p0.storage_offset(), (n, d), (d, 1)),
-                          [(p, (p.storage_offset()-p0.storage_offset())//d) for p in grp]))
+        else: res.append((storage_view(p0, (n, d)), [(p, (p.storage_offset()-p0.storage_offset())//d) for p in grp]))
     return res
 
 def adagrad_rows(w, g, st, lr, eps, step, **_):
@@ -307,7 +307,7 @@ class SparseEmbedOpt(Optimizer):
         s0 = sts[0]
         if s0 is not None and all(s is not None and s.untyped_storage().data_ptr()==s0.untyped_storage().data_ptr()
                                   and s.storage_offset()-s0.storage_offset() == a*math.prod(shape[1:]) for s,(_,a) in zip(sts, members)):
-            return s0.new_empty(0).set_(s0.untyped_storage(), s0.storage_offset(), shape, base.new_empty(shape).stride())
+            return storage_view(s0, shape)
         buf = base.new_zeros(shape)  # new, or loaded from a checkpoint: packed again
         for (p,a),s in zip(members, sts):
             if s is not None: buf[a:a+len(p)] = s
