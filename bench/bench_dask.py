@@ -9,7 +9,7 @@ Every path starts from the same parquet files, written first (row groups of `--r
 folder written: `TabularGPU`/pandas read all rows into one process, the dask paths read and write partition by
 partition. The ratios are against 1 worker. Targets (GPU-run issues): 2 GPUs >= 1.8x one; one dask-cuda worker within
 1.5x of the in-memory `TabularGPU` time."""
-import argparse, shutil, sys, tempfile, time, warnings
+import argparse, importlib, shutil, sys, tempfile, time, warnings
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report, sync
@@ -24,6 +24,8 @@ def main():
     p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], help='`synth_movielens` or `synth_criteo` rows')
     p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
     p.add_argument('--name', default=None, help='results file (default: dask, dask_cpu, or dask_criteo(_cpu))')
+    p.add_argument('--ref-module', default=None, help="also time the `TabularDask` of this module (an earlier version, say)")
+    p.add_argument('--no-persist', action='store_true', help='skip the persist=True runs')
     a = p.parse_args()
     import dask.dataframe as dd
     from distributed import Client
@@ -50,8 +52,9 @@ def main():
         del df
     rows = []
     def timed(name, f, base=None):
-        sync(); t = time.perf_counter(); f(); sync(); s = time.perf_counter() - t
+        sync(); t = time.perf_counter(); to = f(); sync(); s = time.perf_counter() - t
         rows.append(dict(path=name, seconds=round(s, 2), rows_s=round(a.rows / s)))
+        if hasattr(to, 'timings'): rows[-1]['phases'] = ', '.join(f'{k} {v:.2f}' for k, v in to.timings.items())
         print(rows[-1], flush=True)
         shutil.rmtree(tmp/'out', ignore_errors=True)
         return s
@@ -61,8 +64,11 @@ def main():
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
         read = (lambda: __import__('dask_cudf').read_parquet(files, split_row_groups=True)) if gpu else \
                (lambda: dd.read_parquet(files, split_row_groups=True))
-        secs[n] = timed(f'TabularDask, {n} worker(s)', lambda: TabularDask(read(), progress=False, **kw).to_parquet(tmp/'out'))
-        timed(f'TabularDask, {n} worker(s), persist=True', lambda: TabularDask(read(), progress=False, persist=True, **kw).to_parquet(tmp/'out'))
+        def run(cls=TabularDask, **k):
+            to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to
+        secs[n] = timed(f'TabularDask, {n} worker(s)', run)
+        if not a.no_persist: timed(f'TabularDask, {n} worker(s), persist=True', lambda: run(persist=True))
+        if a.ref_module: timed(f'{a.ref_module}.TabularDask, {n} worker(s)', lambda: run(importlib.import_module(a.ref_module).TabularDask))
         client.close(); client.cluster.close()
     if a.rows <= a.in_memory_max:
         def mem(g): TabularGPU(read_frame_all(files, g), **kw).to_parquet(tmp/'out')
@@ -75,7 +81,7 @@ def main():
     base = secs[min(k for k in secs if isinstance(k, int))]
     for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
-    report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker'], dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu))
+    report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'], dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu))
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == '__main__': main()

@@ -4,7 +4,8 @@
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
-import functools, math
+import functools, math, time
+from contextlib import contextmanager
 from typing import Callable
 from pathlib import Path
 import numpy as np, pandas as pd
@@ -20,7 +21,7 @@ from .tabular import _our_proc, _NAME_KEYS, _mix64
 from .procs import _py
 
 # %% auto #0
-__all__ = ['dask_client', 'exact_kth', 'exact_medians', 'chan_combine', 'TabularDask']
+__all__ = ['dask_client', 'float_keys', 'key_values', 'exact_kth', 'exact_medians', 'chan_combine', 'TabularDask']
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e96e951
 def dask_client(
@@ -55,23 +56,18 @@ def _col_splitter(splits):
     d = dict(zip(splits.__code__.co_freevars, (c.cell_contents for c in splits.__closure__)))
     return d['col'], d.get('on')
 
-def _summary(part, names:list, exact=())->dict:
-    "One partition's rows, dtypes, min/max of its numeric columns among `names`, and whether those in `exact` are exact in float32"
-    num = [n for n in names if part[n].dtype.kind in 'iuf']
-    lo,hi = (to_pandas(part[num].min()),to_pandas(part[num].max())) if num and len(part) else ({},{})
-    ex = float32_exact(part, [n for n in num if n in exact and part[n].dtype.kind == 'f'])
-    return dict(n=len(part), dtypes={n: str(part[n].dtype) for n in names}, lo=dict(lo), hi=dict(hi), exact=ex)
+def _valid(part, start:int, splits):
+    "Validation flags of a partition whose first row is at global position `start`"
+    xp = array_lib(part)
+    if isinstance(splits, RandomRowSplit): return splits.valid_mask(start, len(part), xp)
+    if splits is None: return xp.zeros(len(part), dtype=bool)
+    col,on = splits
+    return (part[col].isin(on if is_listy(on) else [on]) if on is not None else part[col].astype(bool)).values
 
-def _prepare(part, cont_names, types, splits, offsets, partition_info=None):
-    "A partition with ±inf as missing, `types` applied, and its global row positions and validation flags added"
+def _prepare(part, cont_names, types, splits, start:int):
+    "A partition with ±inf as missing, `types` applied, and its global row positions (from `start`) and validation flags added"
     part = clean_conts(part.copy(), cont_names).astype(types)
-    start,xp = offsets[partition_info['number']] if partition_info else 0,array_lib(part)
-    if isinstance(splits, RandomRowSplit): valid = splits.valid_mask(start, len(part), xp)
-    elif splits is None: valid = xp.zeros(len(part), dtype=bool)
-    else:
-        col,on = splits
-        valid = (part[col].isin(on if is_listy(on) else [on]) if on is not None else part[col].astype(bool)).values
-    return part.assign(**{_POS: xp.arange(start, start+len(part), dtype=np.int64), _VALID: valid})
+    return part.assign(**{_POS: array_lib(part).arange(start, start+len(part), dtype=np.int64), _VALID: _valid(part, start, splits)})
 
 def _apply(part, procs:list, names:dict):
     "Partition `part` processed by the fitted `procs`, as `TabularGPU.from_saved` processes a frame"
@@ -79,64 +75,105 @@ def _apply(part, procs:list, names:dict):
     to.process()
     return to.items
 
-# %% ../nbs/07a_tabular_dask.ipynb #67226b27
 def _compute(*xs):
     import dask
     return dask.compute(*xs)
+
+@contextmanager
+def _timed(td, name:str):
+    "Add the seconds of the `with` block to `td.timings[name]`"
+    t = time.perf_counter()
+    try: yield
+    finally:
+        d = td.__dict__.setdefault('timings', {})
+        d[name] = round(d.get(name, 0) + time.perf_counter() - t, 3)
+
+def _reduce(merge:Callable, xs:list): return functools.reduce(merge, xs)
+
+def _tree(ds:list, merge:Callable, fan:int=8):
+    "Delayed partition results `ds` merged by `merge` in groups of `fan`, on the workers, into one delayed result"
+    from dask import delayed
+    while len(ds) > 1: ds = [delayed(_reduce)(merge, ds[i:i+fan]) for i in range(0, len(ds), fan)]
+    return ds[0]
+
+# %% ../nbs/07a_tabular_dask.ipynb #67226b27
+_BITS = 12  # bits of the key that a narrowing pass resolves: 4,096 bins
+_KMAX,_KMIN = np.iinfo(np.int64).max,np.iinfo(np.int64).min
+
+def float_keys(v):
+    "Order-preserving int64 keys of float64 array `v` (numpy or cupy): keys sort as the values do, -0.0 just below 0.0"
+    i = v.view(np.int64)
+    return i ^ ((i >> 63) & _KMAX)
+
+def key_values(k):
+    "The float64 values of keys `k` (`float_keys` is its own inverse on the bits)"
+    return float_keys(np.asarray(k, dtype=np.int64).view(np.float64)).view(np.float64)
 
 def _floats(part, col):
     "The non-missing values of `col` in a partition as a float64 array on its device (cupy for cuDF)"
     return part[col].dropna().astype('float64').values if is_cudf(part) else part[col].dropna().to_numpy('float64')
 
-def _in_range(v, lo, hi, closed):
-    "Flags of the values `v` in [lo, hi) (or [lo, hi] if `closed`)"
-    return (v >= lo) & ((v <= hi) if closed else (v < hi))
+def _host(a): return a.get() if array_lib(a) is not np else a
 
-def _hists(part, searches:list, bins:int):
-    "For each search (column, lo, hi, closed): (counts in `bins` equal bins, min, max) of the partition's values in its range"
+def _offset(shift:int, prefix:int)->int:
+    "Bin 0's key prefix one level below keys `prefix` (those whose key >> `shift` is `prefix`; every key at shift 64)"
+    nb = min(_BITS, shift)
+    return -(1 << (nb-1)) if shift == 64 else prefix << nb
+
+def _under(k, shift:int, prefix:int): return k if shift == 64 else k[(k >> shift) == prefix]
+
+def _bins(k, shift:int, prefix:int)->tuple:
+    "(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` under `prefix` (host arrays)"
+    nb = min(_BITS, shift); xp = array_lib(k)
+    k = xp.sort(_under(k, shift, prefix))
+    cnt = xp.bincount((k >> (shift-nb)) - _offset(shift, prefix), minlength=1 << nb)
+    end = xp.cumsum(cnt)
+    if not len(k): return _host(cnt),np.full(1 << nb, _KMAX),np.full(1 << nb, _KMIN)
+    lo,hi = xp.where(cnt > 0, k[xp.minimum(end-cnt, len(k)-1)], _KMAX),xp.where(cnt > 0, k[xp.maximum(end-1, 0)], _KMIN)
+    return _host(cnt),_host(lo),_host(hi)
+
+def _merge_bins(a:tuple, b:tuple)->tuple: return a[0]+b[0],np.minimum(a[1], b[1]),np.maximum(a[2], b[2])
+
+def _kth_pass(part, reqs:list)->list:
+    "For each request (column, shift, prefix, collect): the bins of its keys, or the keys themselves if `collect`"
     res = []
-    for col,lo,hi,closed in searches:
-        v = _floats(part, col); xp = array_lib(v)
-        v = v[_in_range(v, lo, hi, closed)]
-        h = xp.histogram(v, bins, (lo, hi))[0]
-        res.append((h.get() if xp is not np else h, float(v.min()) if len(v) else np.inf, float(v.max()) if len(v) else -np.inf))
+    for col,shift,prefix,collect in reqs:
+        k = float_keys(_floats(part, col))
+        res.append(_host(_under(k, shift, prefix)) if collect else _bins(k, shift, prefix))
     return res
 
-def _values_in(part, searches:list):
-    "For each search (column, lo, hi, closed): the partition's values in its range, on the host"
-    out = []
-    for col,lo,hi,closed in searches:
-        v = _floats(part, col); v = v[_in_range(v, lo, hi, closed)]
-        out.append(v.get() if array_lib(v) is not np else v)
-    return out
+def _merge_pass(a:list, b:list)->list:
+    return [np.concatenate([x, y]) if isinstance(x, np.ndarray) else _merge_bins(x, y) for x,y in zip(a, b)]
 
-def exact_kth(ddf, ks:list, lo:dict, hi:dict, bins:int=1024, cap:int=1<<20)->list:
-    "The `k`-th smallest (0-based) non-missing value of column `c` of `ddf`, for each (c, k) of `ks`, exactly, all in the same passes"
+def exact_kth(
+    ddf, # dask DataFrame
+    ks:list, # (column, k) pairs: the `k`-th smallest (0-based) non-missing value of the column
+    cap:int=1<<20, # Once at most this many values are left in range, they are sorted on the client
+    first:dict|None=None, # {column: `_bins` of all its keys}, from a pass already made over `ddf`'s rows
+)->list:
+    "The `k`-th smallest non-missing value of column `c` of `ddf` for each (c, k) of `ks`, exactly, all in the same passes"
     from dask import delayed
     parts = ddf[list(dict.fromkeys(c for c,_ in ks))].to_delayed()
-    st = [dict(col=c, k=k, lo=float(lo[c]), hi=float(hi[c]), closed=True, below=0, res=None) for c,k in ks]
+    st = [dict(col=c, k=k, shift=64, prefix=0, collect=False, below=0, res=None) for c,k in ks]
+    got = {(c, 64, 0, False): v for c,v in (first or {}).items()}
     while todo := [s for s in st if s['res'] is None]:
-        srch = [(s['col'], s['lo'], s['hi'], s['closed']) for s in todo]
-        res = _compute(*[delayed(_hists)(p, srch, bins) for p in parts])
-        collect = []
-        for j,s in enumerate(todo):
-            h = np.sum([r[j][0] for r in res], 0)
-            vmin,vmax = min(r[j][1] for r in res),max(r[j][2] for r in res)
-            if vmin == vmax: s['res'] = vmin; continue  # every value left in the range is the same
-            cum = s['below'] + np.cumsum(h)
+        reqs = [r for r in dict.fromkeys((s['col'], s['shift'], s['prefix'], s['collect']) for s in todo) if r not in got]
+        if reqs: got.update(zip(reqs, _compute(_tree([delayed(_kth_pass)(p, reqs) for p in parts], _merge_pass))[0]))
+        for s in todo:
+            r = got[(s['col'], s['shift'], s['prefix'], s['collect'])]
+            if s['collect']: s['res'] = key_values(np.sort(r)[s['k']-s['below']]); continue
+            cnt,lo,hi = r
+            cum = s['below'] + np.cumsum(cnt)
             b = int(np.searchsorted(cum, s['k'], side='right'))
-            edges = np.linspace(s['lo'], s['hi'], bins+1)
-            s.update(below=int(cum[b]-h[b]), lo=edges[b], hi=edges[b+1], closed=s['closed'] and b == bins-1)
-            if h[b] <= cap: collect.append(s)  # few enough to sort on the client
-        if collect:
-            vals = _compute(*[delayed(_values_in)(p, [(s['col'], s['lo'], s['hi'], s['closed']) for s in collect]) for p in parts])
-            for j,s in enumerate(collect): s['res'] = np.sort(np.concatenate([v[j] for v in vals]))[s['k']-s['below']]
-    return [s['res'] for s in st]
+            if lo[b] == hi[b]: s['res'] = key_values(lo[b]); continue  # every value in the bin is the same
+            s.update(below=int(cum[b]-cnt[b]), prefix=b+_offset(s['shift'], s['prefix']), shift=s['shift']-min(_BITS, s['shift']),
+                     collect=bool(cnt[b] <= cap))
+    return [float(s['res']) for s in st]
 
-def exact_medians(ddf, n:dict, lo:dict, hi:dict, cap:int=1<<20)->dict:
-    "The median of each column of `ddf` (`n` non-missing values in [`lo`, `hi`]) exactly as pandas gives it, in a few passes for all"
+def exact_medians(ddf, n:dict, cap:int=1<<20, first:dict|None=None)->dict:
+    "The median of each column of `ddf` (with `n` non-missing values) exactly as pandas gives it, in a few passes for all"
     ks = [(c, k) for c in n if n[c] for k in sorted({(n[c]-1)//2, n[c]//2})]
-    vals = dict(zip(ks, exact_kth(ddf, ks, lo, hi, cap=cap)))
+    vals = dict(zip(ks, exact_kth(ddf, ks, cap=cap, first=first)))
     dt = lambda c: np.float32 if ddf[c].dtype == np.float32 else np.float64  # pandas' mean of the middle two, in the column's dtype
     return {c: float(np.mean(np.array([v for (cc,_),v in vals.items() if cc == c], dtype=dt(c)))) if n[c] else None for c in n}
 
@@ -158,26 +195,77 @@ def chan_combine(a:tuple, b:tuple)->tuple:
     d = mb-ma
     return (n, ma + d*nb/n, sa + sb + d*d*na*nb/n)
 
-def _fit_categorify(p, train, td):
+def _stats(part, start:int, plan:dict)->dict:
+    """One read of a partition: its rows, dtypes and numeric ranges; with `plan['train']`, its training rows' counts, moments,
+    value counts and the medians' first bins"""
+    part = clean_conts(part, plan['conts'])
+    names = plan['names']
+    num = [n for n in names if part[n].dtype.kind in 'iuf']
+    lo,hi = (dict(to_pandas(part[num].min())),dict(to_pandas(part[num].max()))) if num and len(part) else ({},{})
+    res = dict(ns=[len(part)], dtypes={n: {str(part[n].dtype)} if len(part) else set() for n in names}, lo=lo, hi=hi,
+               exact=float32_exact(part, [n for n in num if n in plan['exact'] and part[n].dtype.kind == 'f']))
+    if not plan.get('train'): return res
+    tr = part[~_valid(part, start, plan['splits'])]
+    res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
+               vc={n: tr[n].value_counts(dropna=True) for n in plan['vc']},
+               bins={n: _bins(float_keys(_floats(tr, n)), 64, 0) for n in plan['bins']})
+    res['vc'].update({n: explode_rows(tr[n], plan['sep'])[0].value_counts(dropna=True) for n in plan['mh']})
+    return res
+
+def _extreme(f, x, y):
+    "`f` (min or max) of `x` and `y`, ignoring missing ones"
+    v = [o for o in (x, y) if o is not None and not pd.isna(o)]
+    return f(v) if v else np.nan
+
+def _add_counts(a, b): return df_lib(a).concat([a, b]).groupby(level=0, sort=False).sum()
+
+def _merge_stats(a:dict, b:dict)->dict:
+    "Two partitions' (or groups') `_stats` in one: row counts in order, ranges, counts, moments by Chan's formula, summed bins"
+    res = dict(ns=a['ns']+b['ns'], dtypes={n: a['dtypes'][n] | b['dtypes'][n] for n in a['dtypes']},
+               exact={n: a['exact'].get(n, True) and b['exact'].get(n, True) for n in a['exact'] | b['exact']},
+               **{k: {n: _extreme(f, a[k].get(n), b[k].get(n)) for n in a[k] | b[k]} for k,f in (('lo', min), ('hi', max))})
+    if 'rows' not in a: return res
+    return dict(res, rows=a['rows']+b['rows'], count={n: a['count'][n]+b['count'][n] for n in a['count']},
+                moments={n: chan_combine(a['moments'][n], b['moments'][n]) for n in a['moments']},
+                vc={n: _add_counts(a['vc'][n], b['vc'][n]) for n in a['vc']},
+                bins={n: _merge_bins(a['bins'][n], b['bins'][n]) for n in a['bins']})
+
+def _to_host(st:dict)->dict: return {**st, 'vc': {n: to_pandas(v) for n,v in st['vc'].items()}} if 'vc' in st else st
+
+def _counts(td, n:str):
+    "Training value counts of column `n` from the fused pass (a `FillMissing` flag from its missing count), or None"
+    st = td._fused
+    if n in st['vc']: return st['vc'][n]
+    if n.endswith('_na') and (c := n[:-3]) in st['count']:
+        k = {False: st['count'][c], True: st['rows']-st['count'][c]}
+        return pd.Series({v: m for v,m in k.items() if m})
+
+def _fit_categorify(p, td, prior, src):
     "Vocabularies from value counts summed over the partitions (a tree reduction), then `freq_threshold` and `max_size`"
     cols = list(td.cat_names) + list(td.mh_names)
-    elems = lambda s: s.map_partitions(lambda x: explode_rows(x, p.sep)[0], meta=explode_rows(s._meta, p.sep)[0])
-    vcs = _compute(*[(train[n] if n in td.cat_names else elems(train[n])).value_counts(split_every=8, split_out=1) for n in cols])
+    vcs = {n: v for n in cols if (v := _counts(td, n)) is not None}
+    if left := [n for n in cols if n not in vcs]:  # written by earlier procs: read with them applied
+        train = src()
+        elems = lambda s: s.map_partitions(lambda x: explode_rows(x, p.sep)[0], meta=explode_rows(s._meta, p.sep)[0])
+        vcs.update(zip(left, map(to_pandas, _compute(*[(train[n] if n in td.cat_names else elems(train[n]))
+                                                     .value_counts(split_every=8, split_out=1) for n in left]))))
     p.vocab,p.rare = {},{}
-    for n,vc in zip(cols, vcs): p.vocab[n],p.rare[n] = vocab_from_counts(to_pandas(vc), *p.limits(n))
+    for n in cols: p.vocab[n],p.rare[n] = vocab_from_counts(vcs[n], *p.limits(n))
     p._set_classes()
 
-def _fit_fill_missing(p, train, td):
+def _fit_fill_missing(p, td, prior, src):
     "Exact medians (or modes, constants) of the training split, as `TabularGPU` computes them"
     name = getattr(p.fill_strategy, '__name__', str(p.fill_strategy))
     if name not in ('median', 'mode', 'constant'):
         raise ValueError(f"`TabularDask` fits `FillStrategy.median`, `mode` and `constant`, not {name!r}")
-    st,fv,fills = td._train_stats,p.fill_vals,{}
-    if name == 'median': fills = exact_medians(train, {n: st['count'][n] for n in td.cont_names}, st['lo'], st['hi'])
+    st,fv,fills = td._fused,p.fill_vals,{}
+    if name == 'median':
+        n = {c: st['count'][c] for c in td.cont_names}
+        fills = exact_medians(src(), n, first=None if prior else st['bins'])
     for n in td.cont_names:
         if name == 'constant': fills[n] = fv.get(n, 0) if isinstance(fv, dict) else fv[n]
         elif name == 'mode':
-            g = to_pandas(train[[n, _POS]].groupby(n)[_POS].agg(['count', 'min'], split_out=1).compute())
+            g = to_pandas(src()[[n, _POS]].groupby(n)[_POS].agg(['count', 'min'], split_out=1).compute())
             fills[n] = g.sort_values(['count', 'min'], ascending=[False, True]).index[0] if len(g) else None
     p.fills = {n: _py(v) for n,v in fills.items()}
     for n,v in p.fills.items():
@@ -187,23 +275,28 @@ def _fit_fill_missing(p, train, td):
     p.fill_strategy = name
     if p.add_col: td.cat_names += [n+'_na' for n in p.na_dict if n+'_na' not in td.cat_names]
 
-def _fit_normalize(p, train, td):
+def _fit_normalize(p, td, prior, src):
     "Means and standard deviations from per-partition (count, mean, M2), combined in float64 by Chan's formula"
     from dask import delayed
-    cols = list(td.cont_names)
-    parts = _compute(*[delayed(_moments)(o, cols) for o in train[cols].to_delayed()])
-    tot = {n: functools.reduce(chan_combine, [r[n] for r in parts], (0, 0., 0.)) for n in cols}
-    p.means = {n: t[1] for n,t in tot.items()}
-    p.stds = {n: math.sqrt(t[2]/t[0]) + 1e-7 if t[0] else 1e-7 for n,t in tot.items()}
+    cols,st = list(td.cont_names),td._fused
+    if all(isinstance(q, FillMissing) for q in prior):  # the fused pass's moments, with each fill's missing values added
+        types = td._prepared()._meta.dtypes
+        tot = dict(st['moments'])
+        for q in prior:
+            for n,v in q.na_dict.items(): tot[n] = chan_combine(tot[n], (st['rows']-st['count'][n], float(types[n].type(v)), 0.))
+    else:
+        parts = _compute(*[delayed(_moments)(o, cols) for o in src()[cols].to_delayed()])
+        tot = {n: functools.reduce(chan_combine, [r[n] for r in parts], (0, 0., 0.)) for n in cols}
+    p.means = {n: tot[n][1] for n in cols}
+    p.stds = {n: math.sqrt(tot[n][2]/tot[n][0]) + 1e-7 if tot[n][0] else 1e-7 for n in cols}
 
-def _fit_categorize(p, train, td):
+def _fit_categorize(p, td, prior, src):
     "The target's sorted labels, or the vocabulary given to `CategoryBlock`"
-    if p.vocab is None:
-        p.vocab = Vocab(vocab_from_counts(to_pandas(train[td.y_names[0]].value_counts(split_out=1).compute()))[0], add_na=False)
+    if p.vocab is None: p.vocab = Vocab(vocab_from_counts(td._fused['vc'][td.y_names[0]])[0], add_na=False)
     else: p.vocab = CategoryMap(p.vocab, sort=False, add_na=p.add_na)
     p.c = len(p.vocab)
 
-def _fit_regression(p, train, td):
+def _fit_regression(p, td, prior, src):
     if p.c is None: p.c = len(td.y_names)
 
 _fitters = {Categorify: _fit_categorify, FillMissing: _fit_fill_missing, Normalize: _fit_normalize, Categorize: _fit_categorize,
@@ -213,6 +306,18 @@ _reads = {Categorify: lambda td: td.cat_names+td.mh_names, FillMissing: lambda t
           Categorize: lambda td: td.y_names, RegressionSetup: lambda td: []}
 _writes = {Categorify: lambda td: td.cat_names+td.mh_names, FillMissing: lambda td: td.cont_names+L(n+'_na' for n in td.cont_names),
            Normalize: lambda td: td.cont_names, Categorize: lambda td: td.y_names, RegressionSetup: lambda td: []}
+_kind = lambda p: next(k for k in _fitters if isinstance(p, k))
+
+def _plan(td, names:list, train:bool)->dict:
+    "What `_stats` computes in the fused pass: only the statistics that the procs' fits use"
+    has = lambda k, f=lambda p: True: any(isinstance(p, k) and f(p) for p in td.procs)
+    cat = next((p for p in td.procs if isinstance(p, Categorify)), None)
+    median = has(FillMissing, lambda p: getattr(p.fill_strategy, '__name__', '') == 'median')
+    yvc = has(Categorize, lambda p: p.vocab is None)
+    return dict(names=names, exact=exact_floats(names, td.cont_names, td.y_names), conts=list(td.cont_names), ys=list(td.y_names),
+                splits=td.splits, train=train, moments=list(td.cont_names) if has(Normalize) else [],
+                vc=(list(td.cat_names) if cat else []) + (list(td.y_names) if yvc else []), mh=list(td.mh_names) if cat else [],
+                sep=cat.sep if cat else '|', bins=list(td.cont_names) if median else [])
 
 # %% ../nbs/07a_tabular_dask.ipynb #e5c637a0
 class TabularDask:
@@ -255,53 +360,76 @@ class TabularDask:
     @property
     def c(self): return getattr(self.procs[-1], 'c', None) if len(self.procs) else None
 
-    def _prepared(self, extra=()):
-        "The named columns (and `extra` ones) of every partition, cleaned, shrunk, with positions and validation flags"
-        from dask import delayed
+    def _cols(self, extra=()):
         cols = list(dict.fromkeys(list(self.cat_names)+list(self.cont_names)+list(self.mh_names)+list(self.y_names)+list(extra)))
         cols = [n for n in cols if n in self.ddf.columns]
         if isinstance(self.splits, tuple) and self.splits[0] not in cols: cols.append(self.splits[0])
-        raw = self.ddf[cols]
-        lay = self.__dict__.setdefault('_layout', dict(cols=[], types={}))
-        if new := [n for n in cols if n not in lay['cols']]:  # one pass: rows, dtypes, min and max of every partition
-            exact = exact_floats(new, self.cont_names, self.y_names)
-            parts = self.ddf[new].map_partitions(clean_conts, list(self.cont_names)).to_delayed()
-            sums = _compute(*[delayed(_summary)(p, new, exact) for p in parts])
-            for n in new:
-                if len(dts := {s['dtypes'][n] for s in sums if s['n']}) > 1:
-                    raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(dts)}): cast it to one, "
-                                     f"e.g. `ddf[{n!r}].astype(...)`, or read the files with one schema")
-            lo,hi = ({n: f((s[k][n] for s in sums if n in s[k] and not pd.isna(s[k][n])), default=np.nan) for n in new}
-                     for k,f in (('lo',min), ('hi',max)))
-            if self.reduce_memory:
-                types = shrink_types({n: raw[n].dtype for n in new if n not in self.mh_names}, lo, hi)
-                lay['types'].update(exact_types(types, {n: all(s['exact'].get(n, True) for s in sums) for n in exact}))
-            lay['offsets'],lay['cols'] = np.cumsum([0]+[s['n'] for s in sums]).tolist(),lay['cols']+new
+        return cols
+
+    def _parts(self, cols:list)->list:
+        """The delayed partitions of `ddf[cols]`, made once: every pass over these columns reads the same partitions (dask may
+        fuse a projection's partitions, differently for different columns, and row positions must not move)"""
+        cache = self.__dict__.setdefault('_parts_cache', {})
+        if (key := tuple(cols)) not in cache: cache[key] = self.ddf[list(cols)].to_delayed()
+        return cache[key]
+
+    def _scan(self, cols:list, train:bool=False)->dict:
+        """One pass over every partition of `ddf[cols]` (`_stats`), merged on the workers: the layout of the columns not seen yet,
+        and with `train` the training rows' statistics (after a layout pass if `RandomRowSplit` needs the row positions)"""
+        from dask import delayed
+        lay,key,parts = self.__dict__.setdefault('_layout', dict(cols=[], types={}, offsets={})),tuple(cols),self._parts(cols)
+        if train and key not in lay['offsets'] and isinstance(self.splits, RandomRowSplit): self._scan(cols)
+        starts = lay['offsets'][key][:-1] if key in lay['offsets'] else [0]*len(parts)
+        tasks = [delayed(_stats)(p, s, _plan(self, cols, train)) for p,s in zip(parts, starts)]
+        with _timed(self, 'statistics' if train else 'layout'): st = _compute(delayed(_to_host)(_tree(tasks, _merge_stats)))[0]
+        new = [n for n in cols if n not in lay['cols']]
+        for n in new:
+            if len(st['dtypes'][n]) > 1:
+                raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(st['dtypes'][n])}): cast it to one, "
+                                 f"e.g. `ddf[{n!r}].astype(...)`, or read the files with one schema")
+        if self.reduce_memory:
+            types = shrink_types({n: self.ddf[n].dtype for n in new if n not in self.mh_names}, st['lo'], st['hi'])
+            lay['types'].update(exact_types(types, {n: st['exact'].get(n, True) for n in exact_floats(new, self.cont_names, self.y_names)}))
+        lay['offsets'][key],lay['cols'] = np.cumsum([0]+st['ns']).tolist(),lay['cols']+new
+        return st
+
+    def _prepared(self, extra=()):
+        "The named (and `extra`) columns of every partition, cleaned, shrunk, with positions and validation flags"
+        from dask import delayed
+        import dask.dataframe as dd
+        cols = self._cols(extra)
+        if tuple(cols) not in self.__dict__.get('_layout', {}).get('offsets', {}): self._scan(cols)
+        lay,conts = self._layout,list(self.cont_names)
         types = {n: t for n,t in lay['types'].items() if n in cols}
-        meta = _prepare(raw._meta, list(self.cont_names), types, self.splits, lay['offsets'])
-        return raw.map_partitions(_prepare, list(self.cont_names), types, self.splits, lay['offsets'], meta=meta)
+        meta = _prepare(self.ddf[cols]._meta, conts, types, self.splits, 0)
+        parts = zip(self._parts(cols), lay['offsets'][tuple(cols)])
+        return dd.from_delayed([delayed(_prepare)(p, conts, types, self.splits, s) for p,s in parts], meta=meta, verify_meta=False)
+
+    def _train(self):
+        "The prepared training rows"
+        prep = self._persisted if self.persist else self._prepared()
+        return prep[~prep[_VALID]]
 
     def setup(self):
-        "Fit the procs on the training rows, pass by pass (a progress bar shows them): the state `TabularGPU` would fit"
-        steps = ['rows and types', 'training rows'] + [type(p).__name__ for p in self.procs]
+        "Fit the procs on the training rows: one pass for every statistic that allows it, then the procs' own (a progress bar shows them)"
+        steps,self.timings = ['statistics'] + [type(p).__name__ for p in self.procs],{}
         it = iter(progress_bar(steps, leave=False) if self.progress else steps)
-        next(it); prep = self._prepared()
-        if self.persist: prep = self._persisted = prep.persist()
-        next(it); train = prep[~prep[_VALID]]
+        next(it); st = self._fused = self._scan(self._cols(), train=True)
+        if self.persist: self._persisted = self._prepared().persist()
         conts,ys = list(self.cont_names),list(self.y_names)
-        cnt = [to_pandas(o) for o in _compute(train[conts+ys].count(), train[_POS].count(), train[conts].min(), train[conts].max())]
-        self._train_stats = dict(count=dict(cnt[0]), rows=int(cnt[1]), lo=dict(cnt[2]), hi=dict(cnt[3]))
-        if self._train_stats['rows'] == 0: raise ValueError("the training split is empty: check `splits` (and that the data has rows)")
-        if nulls := [n for n in conts if self._train_stats['count'][n] == 0]:
+        if st['rows'] == 0: raise ValueError("the training split is empty: check `splits` (and that the data has rows)")
+        if nulls := [n for n in conts if st['count'][n] == 0]:
             raise ValueError(f"column {nulls[0]!r} has only missing values in the training split: drop it or fill it first")
-        check_targets({n: self._train_stats['rows']-self._train_stats['count'][n] for n in ys}, self._train_stats['rows'])
+        check_targets({n: st['rows']-st['count'][n] for n in ys}, st['rows'])
         done = []
         for p,_ in zip(self.procs, it):
-            kind = next(k for k in _fitters if isinstance(p, k))
-            need = set(_reads[kind](self))
-            prior = [q for q in done if need & set(_writes[next(k for k in _fitters if isinstance(q, k))](self))]
-            src = train if not prior else train.map_partitions(_apply, prior, self._names, meta=_apply(train._meta, prior, self._names))
-            _fitters[kind](p, src, self)
+            need = set(_reads[_kind(p)](self))
+            prior = [q for q in done if need & set(_writes[_kind(q)](self))]
+            def src(prior=prior):
+                train = self._train()
+                if not prior: return train
+                return train.map_partitions(_apply, prior, self._names, meta=_apply(train._meta, prior, self._names))
+            with _timed(self, type(p).__name__): _fitters[_kind(p)](p, self, prior, src)
             done.append(p)
         return self
 
@@ -339,9 +467,10 @@ def to_parquet(self:TabularDask,
     names = self._names
     check_pass_names(pass_names, names, self.ddf.columns)
     prep = self._prepared(extra=pass_names) if pass_names or not self.persist else self._persisted
-    procs = list(self.procs)
-    out = prep.map_partitions(_processed, procs, names, list(pass_names), meta=_processed(prep._meta, procs, names, list(pass_names)))
-    with building(path, overwrite) as tmp:
+    procs = list(self.procs)  # one key of the graph, sent once to each worker, not pickled into every task
+    meta = _processed(prep._meta, procs, names, list(pass_names))
+    out = prep.map_partitions(_processed, delayed(procs, traverse=False), names, list(pass_names), meta=meta)
+    with building(path, overwrite) as tmp, _timed(self, 'write'):
         if shuffle_seed is None: res = _compute(*[delayed(_write)(p, tmp, i, row_group_rows) for i,p in enumerate(out.to_delayed())])
         else:
             tr = out[~out[_VALID]].map_partitions(_shuffle_key, shuffle_seed).sort_values('_key')

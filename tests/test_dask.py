@@ -10,9 +10,9 @@ from fastai.data.transforms import Normalize as FNormalize, ColSplitter
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize, FillStrategy
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit, load_procs
-from fastai_gpu_tabular.data import synth_movielens
+from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
 import fastai_gpu_tabular.tabular_dask as tdm
-from fastai_gpu_tabular.tabular_dask import TabularDask, exact_medians, dask_client
+from fastai_gpu_tabular.tabular_dask import TabularDask, exact_medians, exact_kth, dask_client
 from frames import frames, usable, CAT, CONT
 
 logging.getLogger('distributed').setLevel(logging.ERROR)
@@ -111,14 +111,50 @@ def test_the_same_rows_whatever_the_partitioning(tmp_path):
     info = json.loads((tmp_path/'p8'/'dataset.json').read_text())
     assert info['format'] == 1 and info['train']['rows'] + info['valid']['rows'] == 6_000 and 1_300 < info['valid']['rows'] < 1_700
 
-def test_exact_medians_in_narrowing_passes():
+def test_exact_medians_in_narrowing_passes(monkeypatch):
     rng = np.random.default_rng(0)
-    df = pd.DataFrame({'a': rng.standard_normal(20_001), 'b': rng.standard_normal(20_001).astype(np.float32),
-                       'c': rng.integers(0, 3, 20_001).astype(float), 'd': np.r_[rng.standard_normal(20_000), np.nan]})
-    n, lo, hi = dict(df.count()), dict(df.min()), dict(df.max())
+    f = np.r_[-0.0, 0.0, 0.0, -1e300, 1e300, 5e-324, -5e-324, np.nan, rng.standard_normal(20_000) * 10.0**rng.integers(-300, 300, 20_000)]
+    df = pd.DataFrame({'a': rng.standard_normal(20_008), 'b': rng.standard_normal(20_008).astype(np.float32),
+                       'c': rng.integers(0, 3, 20_008).astype(float), 'd': np.r_[rng.standard_normal(20_007), np.nan],
+                       'e': rng.zipf(1.3, 20_008).astype(float), 'f': f})
+    ddf, n = dd.from_pandas(df, npartitions=6), dict(df.count())
+    passes = []
+    monkeypatch.setattr(tdm, '_kth_pass', lambda part, reqs, f=tdm._kth_pass: passes.append(len(reqs)) or f(part, reqs))
     with dask.config.set(scheduler='sync'):
-        m = exact_medians(dd.from_pandas(df, npartitions=6), n, lo, hi, cap=100)  # several narrowing passes, all columns at once
-    assert m == dict(df.median())
+        assert exact_medians(ddf, n, cap=100) == dict(df.median())  # several narrowing passes, all columns at once
+        assert len(passes) >= 6 * 2  # a pass reads each of the 6 partitions once
+        s = np.sort(df['f'].dropna().to_numpy())  # any k, signs, zeros, extremes and subnormals
+        ks = [0, 1, 2, 3, 7, len(s)//2, len(s)-2, len(s)-1]
+        assert exact_kth(ddf, [('f', k) for k in ks], cap=2) == [float(s[k]) for k in ks]
+        first = {c: tdm._bins(tdm.float_keys(df[c].dropna().to_numpy('float64')), 64, 0) for c in df}
+        passes.clear(); tdm.exact_medians(ddf, {'c': n['c']}, first=first)
+        assert passes == []  # values 0, 1, 2: the first bins (one per power of two) hold the median alone
+        passes.clear(); assert exact_medians(ddf, n, cap=100, first=first) == dict(df.median())
+    assert len(passes) % 6 == 0
+    assert tdm.key_values(tdm.float_keys(np.array([-0.0, 0.0, -2.5, np.inf]))).tolist() == [-0.0, 0.0, -2.5, np.inf]
+    v = f[~np.isnan(f)]
+    assert (tdm.key_values(np.sort(tdm.float_keys(v))) == np.sort(v)).all()  # keys sort as the values
+
+def test_criteo_shape_in_few_passes_equals_tabulargpu(tmp_path, monkeypatch):
+    "Click-log width: one pass for the layout, one for every statistic, the medians' refinements, one write; `TabularGPU`'s state and rows"
+    # columns that no proc reads: dask fuses the partitions of a projection
+    df = synth_criteo(30_000, cap=2_000, seed=3, gpu=False).assign(extra=1.5, other='x')
+    df.to_parquet(tmp_path/'in.parquet', row_group_size=4_000)
+    kw = dict(**{k: list(v) if isinstance(v, tuple) else v for k, v in CRITEO_SCHEMA.items()}, y_block=CategoryBlock(),
+              procs=[Categorify(freq_threshold=3), FillMissing, Normalize], splits=RandomRowSplit(0.2, seed=5))
+    reads = []
+    monkeypatch.setattr(tdm, '_stats', lambda part, *a, f=tdm._stats: reads.append('stats') or f(part, *a))
+    monkeypatch.setattr(tdm, '_kth_pass', lambda part, *a, f=tdm._kth_pass: reads.append('kth') or f(part, *a))
+    with dask.config.set(scheduler='sync'):
+        td = TabularDask(dd.read_parquet(tmp_path/'in.parquet', split_row_groups=True), progress=False, **kw)
+        parts = reads.count('stats') // 2
+        assert parts >= 2 and reads.count('stats') == 2 * parts and reads.count('kth') <= 2 * parts, reads  # the medians: at most 2
+        assert set(td.timings) == {'layout', 'statistics', 'Categorify', 'FillMissing', 'Normalize', 'Categorize'}
+        td.to_parquet(tmp_path/'dask', pass_names=['extra'])
+    ref = TabularGPU(df, **{**kw, 'procs': [Categorify(freq_threshold=3), FillMissing, Normalize]})
+    assert_same_state(ref, td)
+    ref.to_parquet(tmp_path/'mem', pass_names=['extra'])
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
 def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
     df = synth_movielens(2_000, n_users=100, n_items=50, gpu=False)
