@@ -26,6 +26,7 @@ def main():
     p.add_argument('--name', default=None, help='results file (default: dask, dask_cpu, or dask_criteo(_cpu))')
     p.add_argument('--ref-module', default=None, help="also time the `TabularDask` of this module (an earlier version, say)")
     p.add_argument('--no-persist', action='store_true', help='skip the persist=True runs')
+    p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
     a = p.parse_args()
     import dask.dataframe as dd
     from distributed import Client
@@ -77,7 +78,7 @@ def main():
             if g: import cudf; return cudf.concat([cudf.read_parquet(f) for f in fs], ignore_index=True)
             return pd.concat([pd.read_parquet(f) for f in fs], ignore_index=True)
         if gpu: secs['gpu'] = timed('TabularGPU in memory (cuDF)', lambda: mem(True))
-        secs['pandas'] = timed('TabularGPU in memory (pandas)', lambda: mem(False))
+        if not (gpu and a.no_pandas): secs['pandas'] = timed('TabularGPU in memory (pandas)', lambda: mem(False))
     base = secs[min(k for k in secs if isinstance(k, int))]
     for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
