@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
-import functools, math, time
+import functools, importlib, math, time
 from contextlib import contextmanager
 from typing import Callable
 from pathlib import Path
@@ -179,13 +179,16 @@ def exact_medians(ddf, n:dict, cap:int=1<<20, first:dict|None=None)->dict:
 
 # %% ../nbs/07a_tabular_dask.ipynb #2579fe8f
 def _moments(part, cols:list)->dict:
-    "(count, mean, sum of squared deviations) in float64 of each column of `cols` in one partition"
-    res = {}
-    for n in cols:
-        x = part[n].dropna().astype('float64')
-        k = len(x); m = float(x.mean()) if k else 0.
-        res[n] = (k, m, float(((x-m)**2).sum()) if k else 0.)
-    return res
+    "(count, mean, sum of squared deviations) in float64 of each column of `cols` in one partition, all columns at once"
+    if not cols or not len(part): return {n: (0, 0., 0.) for n in cols}
+    xp = array_lib(part)
+    x = xp.stack([part[n].astype('float64').to_cupy(na_value=np.nan) if is_cudf(part) else part[n].to_numpy('float64', na_value=np.nan)
+                  for n in cols])
+    ok = ~xp.isnan(x)
+    k = ok.sum(1); m = xp.where(ok, x, 0).sum(1) / xp.maximum(k, 1)
+    m2 = (xp.where(ok, x - m[:, None], 0)**2).sum(1)
+    k,m,m2 = (_host(o).tolist() for o in (k, m, m2))
+    return {n: (k[i], m[i], m2[i]) for i,n in enumerate(cols)}
 
 def chan_combine(a:tuple, b:tuple)->tuple:
     "Chan et al.'s parallel combination of two (count, mean, M2) in float64"
@@ -207,17 +210,38 @@ def _stats(part, start:int, plan:dict)->dict:
     if not plan.get('train'): return res
     tr = part[~_valid(part, start, plan['splits'])]
     res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
-               vc={n: tr[n].value_counts(dropna=True) for n in plan['vc']},
+               vc={n: _value_counts(tr[n]) for n in plan['vc']},
                bins={n: _bins(float_keys(_floats(tr, n)), 64, 0) for n in plan['bins']})
-    res['vc'].update({n: explode_rows(tr[n], plan['sep'])[0].value_counts(dropna=True) for n in plan['mh']})
+    res['vc'].update({n: _value_counts(explode_rows(tr[n], plan['sep'])[0]) for n in plan['mh']})
     return res
+
+def _value_counts(s):
+    "Non-missing value counts of series `s`: (sorted distinct values, counts) arrays on its device for numbers, else a series"
+    if not (isinstance(s.dtype, np.dtype) and s.dtype.kind in 'iuf'): return s.value_counts(dropna=True)
+    v = s.dropna()
+    return array_lib(s).unique(v.values if is_cudf(v) else v.to_numpy(), return_counts=True)
+
+def _as_series(vc):
+    if not isinstance(vc, tuple): return vc
+    return (importlib.import_module('cudf') if array_lib(vc[0]) is not np else pd).Series(vc[1], index=vc[0])
+
+def _add_counts(a, b):
+    "Two partitions' `_value_counts` summed"
+    if not (isinstance(a, tuple) and isinstance(b, tuple)):  # strings, or dtypes that differ between partitions (reported later)
+        a,b = _as_series(a),_as_series(b)
+        return df_lib(a).concat([a, b]).groupby(level=0, sort=False).sum()
+    xp = array_lib(a[0])
+    u,inv = xp.unique(xp.concatenate([a[0], b[0]]), return_inverse=True)
+    return u,xp.bincount(inv.ravel(), weights=xp.concatenate([a[1], b[1]]), minlength=len(u)).astype(np.int64)
+
+def _counts_series(vc)->pd.Series:
+    "Host series value → count of a `_value_counts` result"
+    return to_pandas(vc) if not isinstance(vc, tuple) else pd.Series(_host(vc[1]), index=_host(vc[0]))
 
 def _extreme(f, x, y):
     "`f` (min or max) of `x` and `y`, ignoring missing ones"
     v = [o for o in (x, y) if o is not None and not pd.isna(o)]
     return f(v) if v else np.nan
-
-def _add_counts(a, b): return df_lib(a).concat([a, b]).groupby(level=0, sort=False).sum()
 
 def _merge_stats(a:dict, b:dict)->dict:
     "Two partitions' (or groups') `_stats` in one: row counts in order, ranges, counts, moments by Chan's formula, summed bins"
@@ -230,7 +254,7 @@ def _merge_stats(a:dict, b:dict)->dict:
                 vc={n: _add_counts(a['vc'][n], b['vc'][n]) for n in a['vc']},
                 bins={n: _merge_bins(a['bins'][n], b['bins'][n]) for n in a['bins']})
 
-def _to_host(st:dict)->dict: return {**st, 'vc': {n: to_pandas(v) for n,v in st['vc'].items()}} if 'vc' in st else st
+def _to_host(st:dict)->dict: return {**st, 'vc': {n: _counts_series(v) for n,v in st['vc'].items()}} if 'vc' in st else st
 
 def _counts(td, n:str):
     "Training value counts of column `n` from the fused pass (a `FillMissing` flag from its missing count), or None"
