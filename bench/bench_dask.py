@@ -26,6 +26,7 @@ def main():
     p.add_argument('--name', default=None, help='results file (default: dask, dask_cpu, or dask_criteo(_cpu))')
     p.add_argument('--ref-module', default=None, help="also time the `TabularDask` of this module (an earlier version, say)")
     p.add_argument('--no-persist', action='store_true', help='skip the persist=True runs')
+    p.add_argument('--threads', default='1', help='threads a worker, e.g. 1,2 (each a run)')
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
     a = p.parse_args()
     import dask.dataframe as dd
@@ -60,16 +61,18 @@ def main():
         shutil.rmtree(tmp/'out', ignore_errors=True)
         return s
     secs = {}
-    for n in [int(o) for o in a.workers.split(',')]:
-        client = dask_client(n_workers=n, gpu=gpu, dashboard_address=None)
+    for n, th in [(int(o), int(t)) for o in a.workers.split(',') for t in a.threads.split(',')]:
+        client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None)
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
         read = (lambda: __import__('dask_cudf').read_parquet(files, split_row_groups=True)) if gpu else \
                (lambda: dd.read_parquet(files, split_row_groups=True))
         def run(cls=TabularDask, **k):
             to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to
-        secs[n] = timed(f'TabularDask, {n} worker(s)', run)
-        if not a.no_persist: timed(f'TabularDask, {n} worker(s), persist=True', lambda: run(persist=True))
-        if a.ref_module: timed(f'{a.ref_module}.TabularDask, {n} worker(s)', lambda: run(importlib.import_module(a.ref_module).TabularDask))
+        w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '')
+        s1 = timed(f'TabularDask, {w}', run)
+        if th == 1 or n not in secs: secs[n] = s1
+        if not a.no_persist: timed(f'TabularDask, {w}, persist=True', lambda: run(persist=True))
+        if a.ref_module: timed(f'{a.ref_module}.TabularDask, {w}', lambda: run(importlib.import_module(a.ref_module).TabularDask))
         client.close(); client.cluster.close()
     if a.rows <= a.in_memory_max:
         def mem(g): TabularGPU(read_frame_all(files, g), **kw).to_parquet(tmp/'out')
