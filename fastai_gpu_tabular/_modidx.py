@@ -656,6 +656,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                            'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.clean_conts': ( 'tabular.html#clean_conts',
                                                                                         'fastai_gpu_tabular/tabular.py'),
+                                            'fastai_gpu_tabular.tabular.code_types': ( 'tabular.html#code_types',
+                                                                                       'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.decodes': ('tabular.html#decodes', 'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.encodes': ('tabular.html#encodes', 'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.exact_floats': ( 'tabular.html#exact_floats',

@@ -23,7 +23,7 @@ from .loader import BatchDataLoader
 
 # %% auto #0
 __all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_cont_dtypes', 'check_targets', 'clean_conts', 'exact_floats',
-           'random_splits', 'RandomRowSplit', 'TabularGPU', 'check_writable', 'save_procs', 'load_procs',
+           'random_splits', 'RandomRowSplit', 'TabularGPU', 'check_writable', 'save_procs', 'load_procs', 'code_types',
            'processed_frame', 'write_part', 'check_pass_names', 'check_destination', 'building', 'write_dataset_info']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
@@ -71,13 +71,13 @@ def check_targets(n_missing:dict, rows:int):
 def clean_conts(df, cont_names):
     "`df` with float NaNs as missing values, and ±inf in continuous columns as missing too (with a warning per column)"
     df = nans_to_nulls(df)
-    for n in L(cont_names):
-        if n not in df.columns or df[n].dtype.kind != 'f': continue
-        inf = df[n].abs() == np.inf
-        if k := int(inf.sum()):
-            warnings.warn(f"continuous column {n!r} has {k:,} infinite values: they are treated as missing (filled by "
-                          f"`FillMissing`, flagged in `{n}_na`); replace them first to do otherwise")
-            df[n] = df[n].where(~inf)
+    fl = [n for n in L(cont_names) if n in df.columns and df[n].dtype.kind == 'f']
+    if not fl or not len(df): return df
+    infs = to_pandas((df[fl].abs() == np.inf).sum())  # every column's count in one host copy
+    for n,k in infs[infs > 0].items():
+        warnings.warn(f"continuous column {n!r} has {k:,} infinite values: they are treated as missing (filled by "
+                      f"`FillMissing`, flagged in `{n}_na`); replace them first to do otherwise")
+        df[n] = df[n].where(df[n].abs() != np.inf)
     return df
 
 def exact_floats(columns, cont_names, y_names)->list:
@@ -327,11 +327,21 @@ def from_saved(cls:TabularGPU, df, path, **kwargs):
 # %% ../nbs/02_tabular.ipynb #60df3bc3
 PROCESSED_FORMAT = 1  # version of the processed format (dataset.json's `format`)
 
-def processed_frame(df, names:dict, pass_names=()):
-    "The columns of processed `df` as the processed format stores them: codes int32, continuous float32, lists, targets, pass-through"
+def code_types(procs, names:dict)->dict:
+    "The narrowest integer type of each categorical column's codes: by its vocabulary's size, int8 for `FillMissing`'s flags"
+    classes = {n: len(v) for p in procs if isinstance(p, Categorify) for n,v in p.classes.items()}
+    flags = {n+'_na' for p in procs if isinstance(p, FillMissing) and p.add_col for n in p.na_dict}
+    def width(n):
+        k = classes.get(n, 2 if n in flags and n not in classes else 2**31)  # codes 0 .. k-1
+        return 'int8' if k <= 2**7 else 'int16' if k <= 2**15 else 'int32'
+    return {n: width(n) for n in names['cat_names']}
+
+def processed_frame(df, names:dict, pass_names=(), types:dict|None=None):
+    """The columns of processed `df` as the processed format stores them: codes as `types` (`code_types`; default int32),
+    continuous float32, lists, targets, pass-through"""
     ys = [y for y in names['y_names'] if y in df.columns]
     out = df[list(names['cat_names']) + list(names['mh_names']) + list(names['cont_names']) + ys + list(pass_names)]
-    out = out.astype({**{n: 'int32' for n in names['cat_names']}, **{n: 'float32' for n in names['cont_names']}})
+    out = out.astype({**{n: 'int32' for n in names['cat_names']}, **(types or {}), **{n: 'float32' for n in names['cont_names']}})
     return nans_to_nulls(out)  # NaN as nulls, which the parquet statistics count
 
 def write_part(df, folder, i:int, row_group_rows:int)->dict|None:
@@ -417,7 +427,8 @@ def to_parquet(self:TabularGPU,
     tr,va = self.items.iloc[:self.split],self.items.iloc[self.split:]
     if shuffle_seed is not None: tr = take_rows(tr, np.random.RandomState(shuffle_seed).permutation(len(tr)))
     with building(path, overwrite) as tmp:
-        parts = {k: [write_part(processed_frame(df.iloc[i:i+part_rows], names, pass_names), tmp/k, i//part_rows, row_group_rows)
+        types = code_types(self.procs, names)
+        parts = {k: [write_part(processed_frame(df.iloc[i:i+part_rows], names, pass_names, types), tmp/k, i//part_rows, row_group_rows)
                      for i in range(0, len(df), part_rows)] for k,df in (('train', tr), ('valid', va))}
         write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed)
     return Path(path)

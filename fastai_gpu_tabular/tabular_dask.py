@@ -462,7 +462,8 @@ class TabularDask:
 def _processed(part, procs:list, names:dict, pass_names:list):
     "A prepared partition, processed and laid out as the processed format stores it, with its positions and validation flags"
     items = _apply(part, procs, names)
-    return processed_frame(items, names, pass_names).assign(**{_POS: items[_POS].values, _VALID: items[_VALID].values})
+    out = processed_frame(items, names, pass_names, code_types(procs, names))
+    return out.assign(**{_POS: items[_POS].values, _VALID: items[_VALID].values})
 
 def _write(part, folder, i:int, row_group_rows:int, split:str|None=None)->dict:
     "Write a processed partition's training and validation rows as part file `i` of `folder`'s `train/` and `valid/`"

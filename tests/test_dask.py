@@ -155,6 +155,14 @@ def test_criteo_shape_in_few_passes_equals_tabulargpu(tmp_path, monkeypatch):
     assert_same_state(ref, td)
     ref.to_parquet(tmp_path/'mem', pass_names=['extra'])
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
+    x = read_split(tmp_path/'dask', 'train')  # codes in the narrowest integer type that holds them
+    n = {c: len(v) for c, v in td.classes.items()}
+    assert {str(x[c].dtype) for c in n if n[c] <= 128} == {'int8'} and {str(x[c].dtype) for c in n if 128 < n[c] <= 2**15} == {'int16'}
+    assert {str(x[c].dtype) for c in td.cat_names if c.endswith('_na')} == {'int8'} and x['I1'].dtype == np.float32
+    from fastai_gpu_tabular.stream import TabularDataLoaders  # and the loaders read the same codes
+    b = TabularDataLoaders.from_processed(tmp_path/'dask', bs=1_000, shuffle=False, device='cpu').valid.one_batch()
+    v = read_split(tmp_path/'dask', 'valid')
+    assert (b[0].numpy() == v[list(td.cat_names)].iloc[:1_000].to_numpy()).all()
 
 def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
     df = synth_movielens(2_000, n_users=100, n_items=50, gpu=False)

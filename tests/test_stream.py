@@ -179,7 +179,7 @@ def test_bad_input_is_named(tmp_path):
     def retype(p):  # part 1 written with float64 codes
         t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.set_column(0, 'a', t['a'].cast('float64')),
                                                                           p/'train'/'part.00001.parquet')
-    with pytest.raises(ValueError, match=r"column 'a' is double in .*part.00001.parquet but int32 in .*part.00000"):
+    with pytest.raises(ValueError, match=r"column 'a' is double in .*part.00001.parquet but int8 in .*part.00000"):
         ParquetDataLoader(broken('types', retype))
     def drop(p): t = pq.read_table(p/'train'/'part.00001.parquet'); pq.write_table(t.drop_columns(['x']), p/'train'/'part.00001.parquet')
     with pytest.raises(ValueError, match=r"part.00001.parquet has no column 'x'"): ParquetDataLoader(broken('missing', drop))
