@@ -99,11 +99,21 @@ def _tree(ds:list, merge:Callable, fan:int=8):
 
 # %% ../nbs/07a_tabular_dask.ipynb #67226b27
 _BITS = 12  # bits of the key that a narrowing pass resolves: 4,096 bins
-_KMAX,_KMIN = np.iinfo(np.int64).max,np.iinfo(np.int64).min
+_KMAX,_KMIN = (1 << 63) - 1,-(1 << 63)
+
+def _t(a):
+    "numpy or cupy array `a` as a torch tensor on its device, sharing its memory (torch's kernels are compiled ahead of time)"
+    import torch
+    if isinstance(a, torch.Tensor): return a
+    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else torch.from_dlpack(a)
+
+def _arr(t):
+    "Torch tensor `t` as a numpy (CPU) or cupy (GPU) array, sharing its memory: what dask moves between workers"
+    return t.numpy() if t.device.type == 'cpu' else importlib.import_module('cupy').from_dlpack(t)
 
 def float_keys(v):
-    "Order-preserving int64 keys of float64 array `v` (numpy or cupy): keys sort as the values do, -0.0 just below 0.0"
-    i = v.view(np.int64)
+    "Order-preserving int64 keys of float64 values `v` (numpy array or torch tensor): in the values' order, -0.0 below 0.0"
+    i = v.view(np.int64) if isinstance(v, np.ndarray) else v.view(importlib.import_module('torch').int64)
     return i ^ ((i >> 63) & _KMAX)
 
 def key_values(k):
@@ -111,8 +121,8 @@ def key_values(k):
     return float_keys(np.asarray(k, dtype=np.int64).view(np.float64)).view(np.float64)
 
 def _floats(part, col):
-    "The non-missing values of `col` in a partition as a float64 array on its device (cupy for cuDF)"
-    return part[col].dropna().astype('float64').values if is_cudf(part) else part[col].dropna().to_numpy('float64')
+    "The non-missing values of `col` in a partition as a float64 tensor on its device"
+    return _t(part[col].dropna().astype('float64').values if is_cudf(part) else part[col].dropna().to_numpy('float64'))
 
 def _host(a): return a.get() if array_lib(a) is not np else a
 
@@ -125,13 +135,14 @@ def _under(k, shift:int, prefix:int): return k if shift == 64 else k[(k >> shift
 
 def _bins(k, shift:int, prefix:int)->tuple:
     "(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` under `prefix` (host arrays)"
-    nb = min(_BITS, shift); xp = array_lib(k)
-    k = xp.sort(_under(k, shift, prefix))
-    cnt = xp.bincount((k >> (shift-nb)) - _offset(shift, prefix), minlength=1 << nb)
-    end = xp.cumsum(cnt)
-    if not len(k): return _host(cnt),np.full(1 << nb, _KMAX),np.full(1 << nb, _KMIN)
-    lo,hi = xp.where(cnt > 0, k[xp.minimum(end-cnt, len(k)-1)], _KMAX),xp.where(cnt > 0, k[xp.maximum(end-1, 0)], _KMIN)
-    return _host(cnt),_host(lo),_host(hi)
+    import torch
+    nb = min(_BITS, shift)
+    k = torch.sort(_under(_t(k), shift, prefix)).values
+    cnt = torch.bincount((k >> (shift-nb)) - _offset(shift, prefix), minlength=1 << nb)
+    if not len(k): return cnt.cpu().numpy(),np.full(1 << nb, _KMAX),np.full(1 << nb, _KMIN)
+    end = cnt.cumsum(0)
+    lo,hi = torch.where(cnt > 0, k[(end-cnt).clamp(max=len(k)-1)], _KMAX),torch.where(cnt > 0, k[(end-1).clamp(min=0)], _KMIN)
+    return cnt.cpu().numpy(),lo.cpu().numpy(),hi.cpu().numpy()
 
 def _merge_bins(a:tuple, b:tuple)->tuple: return a[0]+b[0],np.minimum(a[1], b[1]),np.maximum(a[2], b[2])
 
@@ -140,7 +151,7 @@ def _kth_pass(part, reqs:list)->list:
     res = []
     for col,shift,prefix,collect in reqs:
         k = float_keys(_floats(part, col))
-        res.append(_host(_under(k, shift, prefix)) if collect else _bins(k, shift, prefix))
+        res.append(_under(k, shift, prefix).cpu().numpy() if collect else _bins(k, shift, prefix))
     return res
 
 def _merge_pass(a:list, b:list)->list:
@@ -181,14 +192,14 @@ def exact_medians(ddf, n:dict, cap:int=1<<20, first:dict|None=None)->dict:
 # %% ../nbs/07a_tabular_dask.ipynb #2579fe8f
 def _moments(part, cols:list)->dict:
     "(count, mean, sum of squared deviations) in float64 of each column of `cols` in one partition, all columns at once"
+    import torch
     if not cols or not len(part): return {n: (0, 0., 0.) for n in cols}
-    xp = array_lib(part)
-    x = xp.stack([part[n].astype('float64').to_cupy(na_value=np.nan) if is_cudf(part) else part[n].to_numpy('float64', na_value=np.nan)
-                  for n in cols])
-    ok = ~xp.isnan(x)
-    k = ok.sum(1); m = xp.where(ok, x, 0).sum(1) / xp.maximum(k, 1)
-    m2 = (xp.where(ok, x - m[:, None], 0)**2).sum(1)
-    k,m,m2 = (_host(o).tolist() for o in (k, m, m2))
+    f64 = lambda c: c.astype('float64').to_cupy(na_value=np.nan) if is_cudf(c) else c.to_numpy('float64', na_value=np.nan)
+    x = torch.stack([_t(f64(part[n])) for n in cols])
+    ok = ~x.isnan()
+    k = ok.sum(1); m = torch.where(ok, x, 0.).sum(1) / k.clamp(min=1)
+    m2 = (torch.where(ok, x - m[:, None], 0.)**2).sum(1)
+    k,m,m2 = (o.tolist() for o in (k, m, m2))
     return {n: (k[i], m[i], m2[i]) for i,n in enumerate(cols)}
 
 def chan_combine(a:tuple, b:tuple)->tuple:
@@ -216,11 +227,14 @@ def _stats(part, start:int, plan:dict)->dict:
     res['vc'].update({n: _value_counts(explode_rows(tr[n], plan['sep'])[0]) for n in plan['mh']})
     return res
 
+_UNIQUE_TYPES = {np.dtype(t) for t in ('int8', 'int16', 'int32', 'int64', 'uint8', 'float32', 'float64')}  # torch.unique's
+
 def _value_counts(s):
     "Non-missing value counts of series `s`: (sorted distinct values, counts) arrays on its device for numbers, else a series"
-    if not (isinstance(s.dtype, np.dtype) and s.dtype.kind in 'iuf'): return s.value_counts(dropna=True)
+    import torch
+    if s.dtype not in _UNIQUE_TYPES: return s.value_counts(dropna=True)
     v = s.dropna()
-    return array_lib(s).unique(v.values if is_cudf(v) else v.to_numpy(), return_counts=True)
+    return tuple(map(_arr, torch.unique(_t(v.values if is_cudf(v) else v.to_numpy()), sorted=True, return_counts=True)))
 
 def _as_series(vc):
     if not isinstance(vc, tuple): return vc
@@ -228,12 +242,12 @@ def _as_series(vc):
 
 def _add_counts(a, b):
     "Two partitions' `_value_counts` summed"
+    import torch
     if not (isinstance(a, tuple) and isinstance(b, tuple)):  # strings, or dtypes that differ between partitions (reported later)
         a,b = _as_series(a),_as_series(b)
         return df_lib(a).concat([a, b]).groupby(level=0, sort=False).sum()
-    xp = array_lib(a[0])
-    u,inv = xp.unique(xp.concatenate([a[0], b[0]]), return_inverse=True)
-    return u,xp.bincount(inv.ravel(), weights=xp.concatenate([a[1], b[1]]), minlength=len(u)).astype(np.int64)
+    u,inv = torch.unique(torch.cat([_t(a[0]), _t(b[0])]), sorted=True, return_inverse=True)
+    return _arr(u),_arr(torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([_t(a[1]), _t(b[1])])))
 
 def _counts_series(vc)->pd.Series:
     "Host series value → count of a `_value_counts` result"
