@@ -5,6 +5,9 @@ on 1 and on 2 workers, beside `TabularGPU` in memory (when the data fits) and pa
     python bench/bench_dask.py --rows 2000000 --cpu            # the same table with a LocalCluster of pandas workers
     python bench/bench_dask.py --shape criteo --rows 100000000 # Criteo-shaped rows (`synth_criteo`, ids capped at --cap)
 
+Against an earlier version in the same run: `git show 237a929:fastai_gpu_tabular/tabular_dask.py >
+fastai_gpu_tabular/_ref_tabular_dask.py`, then `--ref-module fastai_gpu_tabular._ref_tabular_dask` (delete the copy after).
+
 Every path starts from the same parquet files, written first (row groups of `--rg` rows), and ends with the processed
 folder written: `TabularGPU`/pandas read all rows into one process, the dask paths read and write partition by
 partition. The ratios are against 1 worker. Targets (GPU-run issues): 2 GPUs >= 1.8x one; one dask-cuda worker within
