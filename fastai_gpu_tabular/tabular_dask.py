@@ -65,9 +65,9 @@ def _valid(part, start:int, splits):
     col,on = splits
     return (part[col].isin(on if is_listy(on) else [on]) if on is not None else part[col].astype(bool)).values
 
-def _prepare(part, cont_names, types, splits, start:int):
-    "A partition with ±inf as missing, `types` applied, and its global row positions (from `start`) and validation flags added"
-    part = clean_conts(part.copy(), cont_names).astype(types)
+def _prepare(part, cont_names, types, splits, start:int, cols:list|None=None):
+    "A partition (its `cols`) with ±inf as missing, `types` applied, and its global row positions (from `start`) and validation flags"
+    part = clean_conts(part[cols] if cols is not None else part.copy(), cont_names).astype({n: t for n,t in types.items() if n in part})
     return part.assign(**{_POS: array_lib(part).arange(start, start+len(part), dtype=np.int64), _VALID: _valid(part, start, splits)})
 
 def _apply(part, procs:list, names:dict):
@@ -211,8 +211,8 @@ def chan_combine(a:tuple, b:tuple)->tuple:
     return (n, ma + d*nb/n, sa + sb + d*d*na*nb/n)
 
 def _stats(part, start:int, plan:dict)->dict:
-    """One read of a partition: its rows, dtypes and numeric ranges; with `plan['train']`, its training rows' counts, moments,
-    value counts and the medians' first bins"""
+    """One read of a partition: its rows, and the dtypes and numeric ranges of columns `plan['names']`; with `plan['train']`,
+    its training rows' counts, moments, value counts and the medians' first bins"""
     part = clean_conts(part, plan['conts'])
     names = plan['names']
     num = [n for n in names if part[n].dtype.kind in 'iuf']
@@ -300,7 +300,7 @@ def _fit_fill_missing(p, td, prior, src):
     st,fv,fills = td._fused,p.fill_vals,{}
     if name == 'median':
         n = {c: st['count'][c] for c in td.cont_names}
-        fills = exact_medians(src(), n, first=None if prior else st['bins'])
+        fills = exact_medians(src(), n) if prior else exact_medians(td._train(only=list(td.cont_names)), n, first=st['bins'])
     for n in td.cont_names:
         if name == 'constant': fills[n] = fv.get(n, 0) if isinstance(fv, dict) else fv[n]
         elif name == 'mode':
@@ -348,7 +348,7 @@ _writes = {Categorify: lambda td: td.cat_names+td.mh_names, FillMissing: lambda 
 _kind = lambda p: next(k for k in _fitters if isinstance(p, k))
 
 def _plan(td, names:list, train:bool)->dict:
-    "What `_stats` computes in the fused pass: only the statistics that the procs' fits use"
+    "What `_stats` computes: the layout of columns `names`, and with `train` the statistics that the procs' fits use"
     has = lambda k, f=lambda p: True: any(isinstance(p, k) and f(p) for p in td.procs)
     cat = next((p for p in td.procs if isinstance(p, Categorify)), None)
     median = has(FillMissing, lambda p: getattr(p.fill_strategy, '__name__', '') == 'median')
@@ -419,9 +419,9 @@ class TabularDask:
         lay,key,parts = self.__dict__.setdefault('_layout', dict(cols=[], types={}, offsets={})),tuple(cols),self._parts(cols)
         if train and key not in lay['offsets'] and isinstance(self.splits, RandomRowSplit): self._scan(cols)
         starts = lay['offsets'][key][:-1] if key in lay['offsets'] else [0]*len(parts)
-        tasks = [delayed(_stats)(p, s, _plan(self, cols, train)) for p,s in zip(parts, starts)]
+        new = [n for n in cols if n not in lay['cols']]  # the layout of these only: the others' is known
+        tasks = [delayed(_stats)(p, s, _plan(self, new, train)) for p,s in zip(parts, starts)]
         with _timed(self, 'statistics' if train else 'layout'): st = _compute(delayed(_to_host)(_tree(tasks, _merge_stats)))[0]
-        new = [n for n in cols if n not in lay['cols']]
         for n in new:
             if len(st['dtypes'][n]) > 1:
                 raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(st['dtypes'][n])}): cast it to one, "
@@ -432,21 +432,22 @@ class TabularDask:
         lay['offsets'][key],lay['cols'] = np.cumsum([0]+st['ns']).tolist(),lay['cols']+new
         return st
 
-    def _prepared(self, extra=()):
-        "The named (and `extra`) columns of every partition, cleaned, shrunk, with positions and validation flags"
+    def _prepared(self, extra=(), only:list|None=None):
+        "The named (and `extra`) columns of every partition (or `only` these), cleaned, shrunk, with positions and validation flags"
         from dask import delayed
         import dask.dataframe as dd
         cols = self._cols(extra)
         if tuple(cols) not in self.__dict__.get('_layout', {}).get('offsets', {}): self._scan(cols)
         lay,conts = self._layout,list(self.cont_names)
-        types = {n: t for n,t in lay['types'].items() if n in cols}
-        meta = _prepare(self.ddf[cols]._meta, conts, types, self.splits, 0)
+        if only is not None: only = [n for n in cols if n in only or isinstance(self.splits, tuple) and n == self.splits[0]]
+        types = {n: t for n,t in lay['types'].items() if n in (only or cols)}
+        meta = _prepare(self.ddf[cols]._meta, conts, types, self.splits, 0, only)
         parts = zip(self._parts(cols), lay['offsets'][tuple(cols)])
-        return dd.from_delayed([delayed(_prepare)(p, conts, types, self.splits, s) for p,s in parts], meta=meta, verify_meta=False)
+        return dd.from_delayed([delayed(_prepare)(p, conts, types, self.splits, s, only) for p,s in parts], meta=meta, verify_meta=False)
 
-    def _train(self):
-        "The prepared training rows"
-        prep = self._persisted if self.persist else self._prepared()
+    def _train(self, only:list|None=None):
+        "The prepared training rows (of columns `only` and what the split reads, unless persisted)"
+        prep = self._persisted if self.persist else self._prepared(only=only)
         return prep[~prep[_VALID]]
 
     def setup(self):
