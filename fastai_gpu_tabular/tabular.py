@@ -332,7 +332,7 @@ def code_types(procs, names:dict)->dict:
     classes = {n: len(v) for p in procs if isinstance(p, Categorify) for n,v in p.classes.items()}
     flags = {n+'_na' for p in procs if isinstance(p, FillMissing) and p.add_col for n in p.na_dict}
     def width(n):
-        k = classes.get(n, 2 if n in flags and n not in classes else 2**31)  # codes 0 .. k-1
+        k = classes.get(n, 2 if n in flags else 2**31)  # codes 0 .. k-1
         return 'int8' if k <= 2**7 else 'int16' if k <= 2**15 else 'int32'
     return {n: width(n) for n in names['cat_names']}
 

@@ -18,6 +18,7 @@ from .backend import *
 from .procs import *
 from .tabular import *
 from .tabular import _our_proc, _NAME_KEYS, _mix64
+from .loader import col_tensor
 from .procs import _py
 
 # %% auto #0
@@ -67,7 +68,7 @@ def _valid(part, start:int, splits):
 
 def _prepare(part, cont_names, types, splits, start:int, cols:list|None=None):
     "A partition (its `cols`) with ±inf as missing, `types` applied, and its global row positions (from `start`) and validation flags"
-    part = clean_conts(part[cols] if cols is not None else part.copy(), cont_names).astype({n: t for n,t in types.items() if n in part})
+    part = clean_conts(part[cols] if cols is not None else part.copy(), cont_names).astype(types)
     return part.assign(**{_POS: array_lib(part).arange(start, start+len(part), dtype=np.int64), _VALID: _valid(part, start, splits)})
 
 def _apply(part, procs:list, names:dict):
@@ -105,7 +106,7 @@ def _t(a):
     "numpy or cupy array `a` as a torch tensor on its device, sharing its memory (torch's kernels are compiled ahead of time)"
     import torch
     if isinstance(a, torch.Tensor): return a
-    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else torch.from_dlpack(a)
+    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else device_tensor(a)
 
 def _arr(t):
     "Torch tensor `t` as a numpy (CPU) or cupy (GPU) array, sharing its memory: what dask moves between workers"
@@ -122,7 +123,7 @@ def key_values(k):
 
 def _floats(part, col):
     "The non-missing values of `col` in a partition as a float64 tensor on its device"
-    return _t(part[col].dropna().astype('float64').values if is_cudf(part) else part[col].dropna().to_numpy('float64'))
+    return col_tensor(part[col].dropna().astype('float64'))
 
 def _host(a): return a.get() if array_lib(a) is not np else a
 
@@ -233,8 +234,7 @@ def _value_counts(s):
     "Non-missing value counts of series `s`: (sorted distinct values, counts) arrays on its device for numbers, else a series"
     import torch
     if s.dtype not in _UNIQUE_TYPES: return s.value_counts(dropna=True)
-    v = s.dropna()
-    return tuple(map(_arr, torch.unique(_t(v.values if is_cudf(v) else v.to_numpy()), sorted=True, return_counts=True)))
+    return tuple(map(_arr, torch.unique(col_tensor(s.dropna()), sorted=True, return_counts=True)))
 
 def _as_series(vc):
     if not isinstance(vc, tuple): return vc
