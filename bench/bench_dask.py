@@ -30,6 +30,8 @@ def main():
     p.add_argument('--ref-module', default=None, help="also time the `TabularDask` of this module (an earlier version, say)")
     p.add_argument('--no-persist', action='store_true', help='skip the persist=True runs')
     p.add_argument('--threads', default='1', help='threads a worker, e.g. 1,2 (each a run)')
+    p.add_argument('--device-limits', default='default', help="dask-cuda's device_memory_limit of a worker, e.g. default,2.7GB "
+                   "(each a run; out of core: the input's bytes over the limit)")
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
     a = p.parse_args()
     import dask.dataframe as dd
@@ -64,16 +66,19 @@ def main():
         shutil.rmtree(tmp/'out', ignore_errors=True)
         return s
     secs = {}
-    for n, th in [(int(o), int(t)) for o in a.workers.split(',') for t in a.threads.split(',')]:
-        client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None)
+    in_bytes = sum(f.stat().st_size for f in files)
+    for n, th, lim in [(int(o), int(t), m) for o in a.workers.split(',') for t in a.threads.split(',') for m in a.device_limits.split(',')]:
+        client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
+                             **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
         read = (lambda: __import__('dask_cudf').read_parquet(files, split_row_groups=True)) if gpu else \
                (lambda: dd.read_parquet(files, split_row_groups=True))
         def run(cls=TabularDask, **k):
             to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to
-        w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '')
+        w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '') + ('' if lim == 'default' else
+            f', device_memory_limit {lim} (input {in_bytes/1e9:.1f} GB)')
         s1 = timed(f'TabularDask, {w}', run)
-        if th == 1 or n not in secs: secs[n] = s1
+        if (th == 1 and lim == 'default') or n not in secs: secs[n] = s1
         if not a.no_persist: timed(f'TabularDask, {w}, persist=True', lambda: run(persist=True))
         if a.ref_module: timed(f'{a.ref_module}.TabularDask, {w}', lambda: run(importlib.import_module(a.ref_module).TabularDask))
         client.close(); client.cluster.close()
@@ -88,7 +93,8 @@ def main():
     base = secs[min(k for k in secs if isinstance(k, int))]
     for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
-    report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'], dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu))
+    report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'],
+           dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes))
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == '__main__': main()

@@ -51,6 +51,7 @@ def main():
     part = step('statistics', 'clean_conts', lambda: clean_conts(raw.copy(), conts))
     num = [n for n in cols if part[n].dtype.kind in 'iuf']
     step('statistics', 'min and max of every column (to host)', lambda: (to_pandas(part[num].min()), to_pandas(part[num].max())))
+    step('statistics', 'min and max of every column (_ranges: torch, a host copy a kind)', lambda: tdm._ranges(part, num))
     step('statistics', 'float32_exact', lambda: float32_exact(part, [n for n in num if n not in conts and part[n].dtype.kind == 'f']))
     valid = step('statistics', 'split flags', lambda: tdm._valid(part, 0, td.splits))
     tr = step('statistics', 'training rows', lambda: part[~valid])
@@ -71,6 +72,16 @@ def main():
     out = step('write', 'processed_frame', lambda: tdm._processed(prep, procs, names, []))
     (tmp/'o'/'train').mkdir(parents=True); (tmp/'o'/'valid').mkdir(parents=True)
     step('write', '_write (train and valid files)', lambda: tdm._write(out, tmp/'o', 0, 131_072))
+    step('write', 'TabularGPU of the partition (a copy)', lambda: tdm.TabularGPU(prep, procs=list(procs), do_setup=False,
+         reduce_memory=False, y_block=tdm.TransformBlock(), **names).process)
+    tr_ = step('write', 'train and valid rows (two boolean masks)', lambda: out[~out[tdm._VALID]].drop(columns=[tdm._POS, tdm._VALID]))
+    step('write', 'to host (to_arrow)', lambda: tr_.to_arrow() if gpu else None)
+    for d,opts in (('disk', {}), ('disk', dict(compression=None)), ('disk', dict(statistics='NONE')), ('/dev/shm', {})):
+        if not gpu and opts: continue
+        f = (tmp if d == 'disk' else Path('/dev/shm'))/'x.parquet'
+        step('write', f'train rows to_parquet to {d} {opts or "(snappy, row group statistics)"}',
+             lambda f=f, opts=opts: tr_.to_parquet(f, index=False, row_group_size_rows=131_072, **opts) if gpu else tdm.write_parquet(tr_, f))
+        f.unlink(missing_ok=True)
     step('write', 'the whole partition: read, _prepare, _processed, _write',
          lambda: tdm._write(tdm._processed(tdm._prepare(read_rg(), conts,
                                                         {n: t for n, t in td._layout['types'].items() if n in cols}, td.splits, 0),

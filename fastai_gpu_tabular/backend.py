@@ -14,8 +14,8 @@ from fastcore.foundation import L
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
            'read_frame', 'write_parquet', 'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows',
            'concat_positions', 'standardize', 'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor',
-           'like_series', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode',
-           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
+           'nan_tensor', 'like_series', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts',
+           'first_mode', 'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -169,6 +169,13 @@ def device_tensor(a):
     "Cupy array or cuDF series `a` (no missing values) as a torch tensor on its device, sharing its memory (through DLPack)"
     import torch
     return torch.from_dlpack(a.values if is_cudf(a) else a)
+
+def nan_tensor(s, dtype=None):
+    "Float series `s` (as `dtype` if given) as a tensor on its device with missing values as NaN, for reductions with no host sync"
+    import torch
+    dt = np.dtype(dtype or (s.dtype if s.dtype in (np.float32, np.float64) else 'float64'))
+    if is_cudf(s): return torch.from_dlpack((s if s.dtype == dt else s.astype(dt)).to_cupy(na_value=np.nan))
+    return torch.from_numpy(s.to_numpy(dt, na_value=np.nan, copy=True))  # writable: torch warns on a read-only view
 
 def like_series(t, like):
     "Tensor `t` as a series with `like`'s backend, index and name (no copy on the GPU)"

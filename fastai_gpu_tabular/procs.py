@@ -40,6 +40,13 @@ def vocab_from_counts(
     freq_threshold:int=1, max_size:int|None=None, # As in `fit_vocab`
 )->tuple[list,list]:
     "Kept categories (sorted) and rare ones (sorted), from value counts: what `fit_vocab` gives on the values counted"
+    if vc.index.dtype.kind in 'biuf':  # numbers: sorted by numpy (a click log's column has millions)
+        v,c = vc.index.to_numpy(),vc.to_numpy()
+        ok = c >= freq_threshold
+        if max_size is not None:
+            i = np.flatnonzero(ok); i = i[np.lexsort((v[i], -c[i]))[:max_size]]  # most frequent first, ties by value
+            ok = np.zeros(len(v), dtype=bool); ok[i] = True
+        return np.sort(v[ok]).tolist(),np.sort(v[~ok]).tolist()
     keep = vc[vc>=freq_threshold]
     vk = value_key(vc.index.tolist())  # numbers before strings when a column mixes them
     keep = keep.index.tolist() if max_size is None else sorted(keep.index.tolist(), key=lambda v: (-keep[v], vk(v)))[:max_size]

@@ -19,6 +19,7 @@ from .procs import *
 from .tabular import *
 from .tabular import _our_proc, _NAME_KEYS, _mix64
 from .loader import col_tensor
+from .backend import _torch_type
 from .procs import _py
 
 # %% auto #0
@@ -195,13 +196,27 @@ def _moments(part, cols:list)->dict:
     "(count, mean, sum of squared deviations) in float64 of each column of `cols` in one partition, all columns at once"
     import torch
     if not cols or not len(part): return {n: (0, 0., 0.) for n in cols}
-    f64 = lambda c: c.astype('float64').to_cupy(na_value=np.nan) if is_cudf(c) else c.to_numpy('float64', na_value=np.nan)
-    x = torch.stack([_t(f64(part[n])) for n in cols])
+    x = torch.stack([nan_tensor(part[n], 'float64') for n in cols])
     ok = ~x.isnan()
     k = ok.sum(1); m = torch.where(ok, x, 0.).sum(1) / k.clamp(min=1)
     m2 = (torch.where(ok, x - m[:, None], 0.)**2).sum(1)
     k,m,m2 = (o.tolist() for o in (k, m, m2))
     return {n: (k[i], m[i], m2[i]) for i,n in enumerate(cols)}
+
+def _ranges(part, cols:list)->tuple:
+    """({column: min}, {column: max}) of numeric columns `cols`, missing values ignored (NaN if a column has none): integers exactly
+    and in one host copy (torch, no 64-bit integer through float64), floats by the frame's reductions"""
+    import torch
+    fl = [n for n in cols if part[n].dtype.kind == 'f']
+    lo,hi = (dict(to_pandas(part[fl].min())),dict(to_pandas(part[fl].max()))) if fl else ({},{})
+    ints,r = [],[]
+    for n in cols:
+        s = part[n]
+        if n in fl: continue
+        if s.dtype == np.uint64 or s.hasnans: lo[n],hi[n] = (_py(f()) if s.count() else np.nan for f in (s.min, s.max))
+        else: x = col_tensor(s.astype(_torch_type(s.dtype))); ints.append(n); r.append(torch.stack([x.amin().long(), x.amax().long()]))
+    for n,(a,b) in zip(ints, torch.stack(r).tolist() if r else []): lo[n],hi[n] = a,b
+    return lo,hi
 
 def chan_combine(a:tuple, b:tuple)->tuple:
     "Chan et al.'s parallel combination of two (count, mean, M2) in float64"
@@ -217,7 +232,7 @@ def _stats(part, start:int, plan:dict)->dict:
     part = clean_conts(part, plan['conts'])
     names = plan['names']
     num = [n for n in names if part[n].dtype.kind in 'iuf']
-    lo,hi = (dict(to_pandas(part[num].min())),dict(to_pandas(part[num].max()))) if num and len(part) else ({},{})
+    lo,hi = _ranges(part, num) if len(part) else ({},{})
     res = dict(ns=[len(part)], dtypes={n: {str(part[n].dtype)} if len(part) else set() for n in names}, lo=lo, hi=hi,
                exact=float32_exact(part, [n for n in num if n in plan['exact'] and part[n].dtype.kind == 'f']))
     if not plan.get('train'): return res
