@@ -28,6 +28,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                         'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.explode_rows': ( 'backend.html#explode_rows',
                                                                                          'fastai_gpu_tabular/backend.py'),
+                                            'fastai_gpu_tabular.backend.fill_nulls': ( 'backend.html#fill_nulls',
+                                                                                       'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.first_mode': ( 'backend.html#first_mode',
                                                                                        'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.float32_exact': ( 'backend.html#float32_exact',

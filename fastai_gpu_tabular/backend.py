@@ -14,8 +14,9 @@ from fastcore.foundation import L
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
            'read_frame', 'write_parquet', 'nans_to_nulls', 'new_frame', 'host_list', 'as_index_array', 'take_rows',
            'concat_positions', 'standardize', 'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor',
-           'nan_tensor', 'like_series', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts',
-           'first_mode', 'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
+           'fill_nulls', 'nan_tensor', 'like_series', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind',
+           'value_counts', 'first_mode', 'explode_rows', 'list_column', 'is_list_column', 'list_total',
+           'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -170,11 +171,20 @@ def device_tensor(a):
     import torch
     return torch.from_dlpack(a.values if is_cudf(a) else a)
 
+def fill_nulls(s, v):
+    """`s` with its missing values replaced by number `v`; a cuDF float column's through libcudf's `replace_nulls`, without the
+    host sync of `fillna`'s NaN count (a NaN is already a missing value there: `nans_to_nulls`, `clean_conts`)"""
+    if not (is_cudf(s) and s.dtype.kind == 'f'): return s.fillna(v)
+    import pylibcudf as plc
+    col,meta = s.to_pylibcudf()
+    if not col.null_count(): return s
+    return type(s).from_pylibcudf(plc.replace.replace_nulls(col, plc.Scalar.from_py(float(v), col.type())), meta)
+
 def nan_tensor(s, dtype=None):
     "Float series `s` (as `dtype` if given) as a tensor on its device with missing values as NaN, for reductions with no host sync"
     import torch
     dt = np.dtype(dtype or (s.dtype if s.dtype in (np.float32, np.float64) else 'float64'))
-    if is_cudf(s): return torch.from_dlpack((s if s.dtype == dt else s.astype(dt)).to_cupy(na_value=np.nan))
+    if is_cudf(s): return torch.from_dlpack(fill_nulls(s if s.dtype == dt else s.astype(dt), np.nan).values)
     return torch.from_numpy(s.to_numpy(dt, na_value=np.nan, copy=True))  # writable: torch warns on a read-only view
 
 def like_series(t, like):

@@ -201,7 +201,7 @@ class FillMissing(_FaiFillMissing):
             elif n not in self.na_dict and (k := int(to.items[n].isna().sum())):
                 warn_once(self, n, f"continuous column {n!r} has {k:,} missing values but had none in training: they are filled "
                                    f"with the training {self.fill_strategy} ({v}), and no `{n}_na` column flags them")
-            to.items[n] = to.items[n].fillna(v)
+            to.items[n] = fill_nulls(to.items[n], v)
 
     def state(self)->dict:
         "Fitted state as plain data"

@@ -73,8 +73,8 @@ def clean_conts(df, cont_names):
     df = nans_to_nulls(df)
     fl = [n for n in L(cont_names) if n in df.columns and df[n].dtype.kind == 'f']
     if not fl or not len(df): return df
-    infs = to_pandas((df[fl].abs() == np.inf).sum())  # every column's count in one host copy
-    for n,k in infs[infs > 0].items():
+    infs = torch.stack([nan_tensor(df[n]).isinf().sum() for n in fl]).tolist()  # every column's count in one host copy
+    for n,k in ((n,k) for n,k in zip(fl, infs) if k):
         warnings.warn(f"continuous column {n!r} has {k:,} infinite values: they are treated as missing (filled by "
                       f"`FillMissing`, flagged in `{n}_na`); replace them first to do otherwise")
         df[n] = df[n].where(df[n].abs() != np.inf)

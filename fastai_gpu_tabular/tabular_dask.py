@@ -10,7 +10,7 @@ from typing import Callable
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.all import *
-from fastai.tabular.core import Pipeline, CategoryMap
+from fastai.tabular.core import Pipeline, CategoryMap, TabularPandas
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, RegressionSetup
 from fastprogress.fastprogress import progress_bar
@@ -73,9 +73,9 @@ def _prepare(part, cont_names, types, splits, start:int, cols:list|None=None):
     return part.assign(**{_POS: array_lib(part).arange(start, start+len(part), dtype=np.int64), _VALID: _valid(part, start, splits)})
 
 def _apply(part, procs:list, names:dict):
-    "Partition `part` processed by the fitted `procs`, as `TabularGPU.from_saved` processes a frame"
+    "Prepared partition `part` (`_prepare`: cleaned already) processed by the fitted `procs`, as `TabularGPU.from_saved` processes a frame"
     to = TabularGPU(part, procs=list(procs), do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
-    to.process()
+    TabularPandas.process(to)  # fastai's: `TabularGPU.process` would clean the continuous columns again
     return to.items
 
 def _compute(*xs):

@@ -93,3 +93,25 @@ def test_saved_state_from_gpu_applies_on_pandas(tmp_path):
 def test_main_job_on_gpu(capsys, tmp_path):
     main(data='synth', rows=100_000, out=str(tmp_path/'proc'))
     assert 'cuDF (GPU)' in capsys.readouterr().out and (tmp_path/'proc'/'dataset.json').exists()
+
+def test_column_helpers_on_cudf_equal_pandas():
+    "`fill_nulls`, `nan_tensor`, `clean_conts` and `TabularDask`'s `_ranges` give on cuDF what they give on pandas"
+    import cudf, warnings
+    from fastai_gpu_tabular.tabular import clean_conts
+    from fastai_gpu_tabular.tabular_dask import _ranges
+    pdf = pd.DataFrame(dict(a=np.array([3, 1, 2], dtype='int8'), b=pd.array([None, 5, -7], dtype='Int64'), c=[np.nan, 1.5, -np.inf],
+                            e=[np.nan]*3, f=np.array([2**63+5, 1, 3], dtype='uint64'), h=np.array([1., 2., 3.], dtype='float32'),
+                            i=np.array([-2**63, 0, 2**63-1])))
+    gdf = cudf.from_pandas(pdf).nans_to_nulls()
+    lo, hi = _ranges(gdf, list(pdf.columns))
+    assert (lo['i'], hi['i'], hi['f'], lo['b'], hi['b']) == (-2**63, 2**63-1, 2**63+5, -7, 5) and np.isnan(lo['e'])
+    assert {k: v for k, v in lo.items() if k != 'e'} == {k: v for k, v in _ranges(pdf, list(pdf.columns))[0].items() if k != 'e'}
+    for n in 'ceh':
+        assert fill_nulls(gdf[n], 7.5).to_pandas().tolist() == fill_nulls(pdf[n], 7.5).tolist()
+        assert fill_nulls(gdf[n], 7.5).dtype == gdf[n].dtype and not fill_nulls(gdf[n], 7.5).has_nulls
+        np.testing.assert_array_equal(nan_tensor(gdf[n]).cpu().numpy(), nan_tensor(pdf[n]).numpy())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        g, p = clean_conts(gdf.copy(), ['c', 'e', 'h']), clean_conts(pdf.copy(), ['c', 'e', 'h'])
+    assert sum("'c' has 1 infinite" in str(o.message) for o in w) == 2
+    pd.testing.assert_frame_equal(g.to_pandas()[['c', 'e', 'h']], p[['c', 'e', 'h']], check_dtype=False)
