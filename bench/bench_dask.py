@@ -68,6 +68,7 @@ def main():
     secs = {}
     in_bytes = sum(f.stat().st_size for f in files)
     for n, th, lim in [(int(o), int(t), m) for o in a.workers.split(',') for t in a.threads.split(',') for m in a.device_limits.split(',')]:
+        if gpu and n > __import__('torch').cuda.device_count(): print(f'{n} workers: skipped, fewer GPUs here'); continue
         client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
                              **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts

@@ -19,7 +19,6 @@ from .procs import *
 from .tabular import *
 from .tabular import _our_proc, _NAME_KEYS, _mix64
 from .loader import col_tensor
-from .backend import _torch_type
 from .procs import _py
 
 # %% auto #0
@@ -204,18 +203,12 @@ def _moments(part, cols:list)->dict:
     return {n: (k[i], m[i], m2[i]) for i,n in enumerate(cols)}
 
 def _ranges(part, cols:list)->tuple:
-    """({column: min}, {column: max}) of numeric columns `cols`, missing values ignored (NaN if a column has none): integers exactly
-    and in one host copy (torch, no 64-bit integer through float64), floats by the frame's reductions"""
-    import torch
-    fl = [n for n in cols if part[n].dtype.kind == 'f']
-    lo,hi = (dict(to_pandas(part[fl].min())),dict(to_pandas(part[fl].max()))) if fl else ({},{})
-    ints,r = [],[]
-    for n in cols:
-        s = part[n]
-        if n in fl: continue
-        if s.dtype == np.uint64 or s.hasnans: lo[n],hi[n] = (_py(f()) if s.count() else np.nan for f in (s.min, s.max))
-        else: x = col_tensor(s.astype(_torch_type(s.dtype))); ints.append(n); r.append(torch.stack([x.amin().long(), x.amax().long()]))
-    for n,(a,b) in zip(ints, torch.stack(r).tolist() if r else []): lo[n],hi[n] = a,b
+    """({column: min}, {column: max}) of numeric columns `cols`, missing values ignored: one frame reduction a kind of number
+    (floats, signed, unsigned integers), so that no 64-bit integer goes through float64"""
+    lo,hi = {},{}
+    for k in 'fiu':
+        if ns := [n for n in cols if part[n].dtype.kind == k]:
+            for d,f in ((lo, 'min'), (hi, 'max')): d.update({n: _py(v) for n,v in to_pandas(getattr(part[ns], f)()).items()})
     return lo,hi
 
 def chan_combine(a:tuple, b:tuple)->tuple:
