@@ -215,13 +215,28 @@ def _sorted_array(cats):
     if a.dtype.kind not in 'biuf' or (len(a)>1 and not (a[1:]>a[:-1]).all()): return None
     return a
 
+_CATS = {}  # (id, value type, GPU) of a categories array -> (the array, the sorted array, the search type, its tensor there)
+
+def _device_cats(cats, sdt)->tuple:
+    """(`cats` as a sorted numpy array or None, the type to compare values of type `sdt` with them exactly or None, `cats` as that
+    type on the current GPU): made once per numpy array `cats` (`Categorify` passes the same ones every partition), else each call"""
+    import torch
+    key = (id(cats), str(sdt), torch.cuda.current_device())
+    if (hit := _CATS.get(key)) is not None and hit[0] is cats: return hit[1:]
+    a = _sorted_array(cats)
+    dt = _search_type(a.dtype, sdt) if a is not None else None
+    res = (a, dt, torch.as_tensor(a.astype(dt), device=f'cuda:{torch.cuda.current_device()}') if dt else None)
+    if isinstance(cats, np.ndarray):
+        if len(_CATS) >= 256: _CATS.pop(next(iter(_CATS)))
+        _CATS[key] = (cats, *res)
+    return res
+
 def cat_codes(s, cats:list):
     "int64 position of each value of `s` in `cats`; -1 where missing or not in `cats`"
-    a = _sorted_array(cats) if _gpu_numeric(s) and len(cats) else None
-    if a is not None and (dt := _search_type(a.dtype, s.dtype)):
+    a,dt,c = _device_cats(cats, s.dtype) if _gpu_numeric(s) and len(cats) else (None, None, None)
+    if dt is not None:
         import torch
         v = device_tensor((s.fillna(a[0]) if s.has_nulls else s).astype(dt))
-        c = torch.as_tensor(a.astype(dt), device=v.device)
         i = torch.searchsorted(c, v).clamp_(max=len(c)-1)
         return like_series(torch.where((c[i]==v) & ~device_tensor(s.isna()), i, -1), s)
     if is_cudf(s):  # typed categories: a uint64 above 2**63 is not an int64

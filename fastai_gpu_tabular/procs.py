@@ -103,7 +103,7 @@ class Categorify(_FaiCategorify):
     def _encode(self, n, s):
         res = self._reserved(n)
         code = lambda t: len(self.vocab[n])+1+res.index(t) if t in res else None
-        return encode_codes(s, self._array(n), self.rare[n], code(RARE), code(UNSEEN))
+        return encode_codes(s, self._array(n), self._cached(n)[2], code(RARE), code(UNSEEN))
 
     def _unseen(self, n, s)->float:
         "Share of the values of `s` that `n`'s training split never saw (missing values count as seen)"
@@ -125,13 +125,15 @@ class Categorify(_FaiCategorify):
         return s
 
     def _cached(self, n)->tuple:
-        "(`vocab[n]` as a numpy array if numeric, its kinds: {is a string}), made once per vocabulary (the plain list is what is saved)"
+        """(`vocab[n]` as a numpy array if numeric, its kinds: {is a string}, `rare[n]` as a numpy array if numeric), made once per
+        vocabulary (the plain lists are what is saved; the same arrays every partition let `cat_codes` keep their copies on the GPU)"""
         c = self.__dict__.setdefault('_arrays', {})
-        if n not in c or c[n][0] is not self.vocab[n]:
-            a = np.asarray(self.vocab[n])
-            num = a.dtype.kind in 'biuf'
-            c[n] = (self.vocab[n], a if num else self.vocab[n], {False} if num and len(a) else {isinstance(v, str) for v in self.vocab[n]})
-        return c[n][1:]
+        if n not in c or c[n][0] is not self.vocab[n] or c[n][1] is not self.rare[n]:
+            arr = lambda v: a if (a := np.asarray(v)).dtype.kind in 'biuf' else v
+            a = arr(self.vocab[n])
+            kinds = {False} if a is not self.vocab[n] and len(a) else {isinstance(v, str) for v in self.vocab[n]}
+            c[n] = (self.vocab[n], self.rare[n], a, kinds, arr(self.rare[n]))
+        return c[n][2:]
 
     def _array(self, n): return self._cached(n)[0]
 

@@ -22,9 +22,10 @@ from .procs import *
 from .loader import BatchDataLoader
 
 # %% auto #0
-__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'check_names', 'check_cont_dtypes', 'check_targets', 'clean_conts', 'exact_floats',
-           'random_splits', 'RandomRowSplit', 'TabularGPU', 'check_writable', 'save_procs', 'load_procs', 'code_types',
-           'processed_frame', 'write_part', 'check_pass_names', 'check_destination', 'building', 'write_dataset_info']
+__all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'ROW_GROUP_BYTES', 'check_names', 'check_cont_dtypes', 'check_targets',
+           'clean_conts', 'exact_floats', 'random_splits', 'RandomRowSplit', 'TabularGPU', 'check_writable',
+           'save_procs', 'load_procs', 'code_types', 'processed_frame', 'row_group_rows_for', 'write_part',
+           'check_pass_names', 'check_destination', 'building', 'write_dataset_info']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
 _KINDS = ('cat_names', 'cont_names', 'mh_names')
@@ -344,6 +345,20 @@ def processed_frame(df, names:dict, pass_names=(), types:dict|None=None):
     out = out.astype({**{n: 'int32' for n in names['cat_names']}, **(types or {}), **{n: 'float32' for n in names['cont_names']}})
     return nans_to_nulls(out)  # NaN as nulls, which the parquet statistics count
 
+ROW_GROUP_BYTES = 2**24  # a default row group: 16 MiB of rows, ~40 to a window of the streaming loader's default budget
+
+def _width(t)->int:
+    "Bytes a value of type `t` takes in a batch: its item size for numbers, 16 for anything else (a hashed string, say)"
+    try: dt = np.dtype(getattr(t, 'numpy_dtype', t))
+    except TypeError: return 16
+    return dt.itemsize if dt.kind in 'biuf' else 16
+
+def row_group_rows_for(types:dict, mh_names=(), target:int=ROW_GROUP_BYTES)->int:
+    """Rows of a row group of about `target` bytes of processed rows of column `types` (a multi-hot list counted at 8 codes and
+    its offset): a multiple of 1,024 from 16,384 to 1,048,576. `to_parquet`'s default"""
+    nbytes = sum(72 if n in mh_names else _width(t) for n,t in types.items())
+    return int(min(max(target // max(nbytes, 1) // 1024 * 1024, 2**14), 2**20))
+
 def write_part(df, folder, i:int, row_group_rows:int)->dict|None:
     "Write processed rows `df` as part file `i` of `folder` (nothing for no rows): {file, rows}"
     if not len(df): return None
@@ -415,7 +430,7 @@ def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=()
 def to_parquet(self:TabularGPU,
     path, # Folder to write (see the processed format)
     pass_names=(), # Columns written unprocessed, e.g. a raw user id for ranking metrics
-    row_group_rows:int=131_072, # Rows of a parquet row group: the unit the streaming loader reads
+    row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~16 MiB: `row_group_rows_for`)
     part_rows:int=4_194_304, # Rows of a part file
     shuffle_seed:int|None=None, # Write the training rows in an order seeded by this (default: as they are)
     overwrite:bool=False, # Replace `path` if it exists
@@ -428,6 +443,8 @@ def to_parquet(self:TabularGPU,
     if shuffle_seed is not None: tr = take_rows(tr, np.random.RandomState(shuffle_seed).permutation(len(tr)))
     with building(path, overwrite) as tmp:
         types = code_types(self.procs, names)
+        row_group_rows = row_group_rows or row_group_rows_for(dict(processed_frame(tr.iloc[:0], names, pass_names, types).dtypes),
+                                                              self.mh_names)
         parts = {k: [write_part(processed_frame(df.iloc[i:i+part_rows], names, pass_names, types), tmp/k, i//part_rows, row_group_rows)
                      for i in range(0, len(df), part_rows)] for k,df in (('train', tr), ('valid', va))}
         write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed)

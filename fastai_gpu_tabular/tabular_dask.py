@@ -506,7 +506,7 @@ def _shuffle_key(part, seed:int):
 def to_parquet(self:TabularDask,
     path, # Folder to write (see the processed format)
     pass_names=(), # Columns written unprocessed, e.g. a raw user id for ranking metrics
-    row_group_rows:int=131_072, # Rows of a parquet row group: the unit the streaming loader reads
+    row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~16 MiB: `row_group_rows_for`)
     shuffle_seed:int|None=None, # Write the training rows globally shuffled by a key seeded by this (a dask shuffle)
     overwrite:bool=False, # Replace `path` if it exists
 ):
@@ -519,6 +519,7 @@ def to_parquet(self:TabularDask,
     procs = list(self.procs)  # one key of the graph, sent once to each worker, not pickled into every task
     meta = _processed(prep._meta, procs, names, list(pass_names))
     out = prep.map_partitions(_processed, delayed(procs, traverse=False), names, list(pass_names), meta=meta)
+    row_group_rows = row_group_rows or row_group_rows_for({n: t for n,t in meta.dtypes.items() if n not in (_POS, _VALID)}, self.mh_names)
     with building(path, overwrite) as tmp, _timed(self, 'write'):
         if shuffle_seed is None: res = _compute(*[delayed(_write)(p, tmp, i, row_group_rows) for i,p in enumerate(out.to_delayed())])
         else:

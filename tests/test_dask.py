@@ -9,7 +9,7 @@ from fastai.tabular.core import TabularPandas, Categorify as FCategorify, FillMi
 from fastai.data.transforms import Normalize as FNormalize, ColSplitter
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize, FillStrategy
-from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit, load_procs
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit, load_procs, row_group_rows_for
 from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
 import fastai_gpu_tabular.tabular_dask as tdm
 from fastai_gpu_tabular.tabular_dask import TabularDask, exact_medians, exact_kth, dask_client
@@ -159,6 +159,9 @@ def test_criteo_shape_in_few_passes_equals_tabulargpu(tmp_path, monkeypatch):
     n = {c: len(v) for c, v in td.classes.items()}
     assert {str(x[c].dtype) for c in n if n[c] <= 128} == {'int8'} and {str(x[c].dtype) for c in n if 128 < n[c] <= 2**15} == {'int16'}
     assert {str(x[c].dtype) for c in td.cat_names if c.endswith('_na')} == {'int8'} and x['I1'].dtype == np.float32
+    # row groups of ~16 MiB by the written columns' types, the same in memory and on dask
+    rg = [json.loads((tmp_path/k/'dataset.json').read_text())['row_group_rows'] for k in ('dask', 'mem')]
+    assert rg[0] == rg[1] == row_group_rows_for(dict(x.dtypes)) and 2**14 <= rg[0] <= 2**20 and rg[0] % 1024 == 0
     from fastai_gpu_tabular.stream import TabularDataLoaders  # and the loaders read the same codes
     b = TabularDataLoaders.from_processed(tmp_path/'dask', bs=1_000, shuffle=False, device='cpu').valid.one_batch()
     v = read_split(tmp_path/'dask', 'valid')

@@ -95,7 +95,7 @@ def test_main_job_on_gpu(capsys, tmp_path):
     assert 'cuDF (GPU)' in capsys.readouterr().out and (tmp_path/'proc'/'dataset.json').exists()
 
 def test_column_helpers_on_cudf_equal_pandas():
-    "`fill_nulls`, `nan_tensor`, `clean_conts` and `TabularDask`'s `_ranges` give on cuDF what they give on pandas"
+    "`fill_nulls`, `nan_tensor`, `cat_codes`, `clean_conts` and `TabularDask`'s `_ranges` give on cuDF what they give on pandas"
     import cudf, warnings
     from fastai_gpu_tabular.tabular import clean_conts
     from fastai_gpu_tabular.tabular_dask import _ranges
@@ -110,6 +110,11 @@ def test_column_helpers_on_cudf_equal_pandas():
         assert fill_nulls(gdf[n], 7.5).to_pandas().tolist() == fill_nulls(pdf[n], 7.5).tolist()
         assert fill_nulls(gdf[n], 7.5).dtype == gdf[n].dtype and not fill_nulls(gdf[n], 7.5).has_nulls
         np.testing.assert_array_equal(nan_tensor(gdf[n]).cpu().numpy(), nan_tensor(pdf[n]).numpy())
+    from fastai_gpu_tabular.backend import _CATS
+    cats, s = np.array([2, 5, 9]), cudf.Series([5, 9, None, 7, 2], dtype='int32')
+    assert cat_codes(s, cats).to_pandas().tolist() == cat_codes(s, cats).to_pandas().tolist() == [1, 2, -1, -1, 0]
+    assert cat_codes(s.to_pandas(), cats).tolist() == [1, 2, -1, -1, 0]
+    assert sum(v[0] is cats for v in _CATS.values()) == 1  # a vocabulary array goes to the GPU once, not once a call
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         g, p = clean_conts(gdf.copy(), ['c', 'e', 'h']), clean_conts(pdf.copy(), ['c', 'e', 'h'])

@@ -71,6 +71,25 @@ def test_fewer_row_groups_than_ranks_and_tiny_shares(tmp_path):
         assert sorted(got.tolist()) == sorted(to.valid.items['rid'].astype(int).tolist())  # every validation row once
         assert len({len(dl) for dl in vals}) == 1
 
+def test_unequal_part_files_of_tabular_dask_give_ranks_equal_shards(tmp_path):
+    "`TabularDask` writes a part file a partition, of any size: ranks cut their shards from the rows, so sizes do not matter"
+    import dask, dask.dataframe as dd
+    from fastai_gpu_tabular.tabular_dask import TabularDask
+    df, bounds = frame(30_000),[0, 500, 600, 20_000, 20_010, 30_000]
+    ddf = dd.from_delayed([dask.delayed(df.iloc[a:b].reset_index(drop=True)) for a, b in zip(bounds[:-1], bounds[1:])], meta=df.iloc[:0])
+    with dask.config.set(scheduler='sync'):
+        td = TabularDask(ddf, procs=[Categorify, Normalize], cat_names=['a', 'b'], cont_names=['x'], y_names='rid',
+                         y_block=RegressionBlock(), splits=RandomRowSplit(0.2, 0), progress=False)
+        path = td.to_parquet(tmp_path/'d', row_group_rows=700)
+    sizes = [pq.ParquetFile(f).metadata.num_rows for f in sorted((path/'train').glob('*.parquet'))]
+    assert len(sizes) == 5 and max(sizes) > 100 * min(sizes)
+    for w in (2, 3):
+        dls = [ParquetDataLoader(path, bs=512, shuffle=True, seed=0, rank=r, world_size=w) for r in range(w)]
+        shards = [ids(dl) for dl in dls]
+        assert len({len(s) for s in shards}) == 1 and len(shards[0]) == len(dls[0]) > 0
+        got = torch.cat([torch.cat(s) for s in shards])
+        assert len(got.unique()) == len(got) and 0 <= sum(sizes) - len(got) < 512 * w  # disjoint; at most a batch a rank left
+
 def test_without_shuffle_the_batches_and_losses_of_the_batch_loader(tmp_path):
     to = synth_tabular(synth_movielens(30_000, n_users=500, n_items=200, gpu=False), mh=True)
     path = to.to_parquet(tmp_path/'ml', row_group_rows=1_500, part_rows=7_000)
