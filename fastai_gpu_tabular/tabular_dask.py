@@ -19,6 +19,7 @@ from .procs import *
 from .tabular import *
 from .tabular import _our_proc, _NAME_KEYS, _mix64
 from .loader import col_tensor
+from .backend import _torch_type
 from .procs import _py
 
 # %% auto #0
@@ -203,12 +204,23 @@ def _moments(part, cols:list)->dict:
     return {n: (k[i], m[i], m2[i]) for i,n in enumerate(cols)}
 
 def _ranges(part, cols:list)->tuple:
-    """({column: min}, {column: max}) of numeric columns `cols`, missing values ignored: one frame reduction a kind of number
-    (floats, signed, unsigned integers), so that no 64-bit integer goes through float64"""
-    lo,hi = {},{}
-    for k in 'fiu':
-        if ns := [n for n in cols if part[n].dtype.kind == k]:
-            for d,f in ((lo, 'min'), (hi, 'max')): d.update({n: _py(v) for n,v in to_pandas(getattr(part[ns], f)()).items()})
+    """({column: min}, {column: max}) of numeric columns `cols`, missing values ignored (NaN if a column has none): floats and
+    integers without missing values as tensors, with no host sync but one copy a kind (no 64-bit integer through float64); the
+    rest (uint64, nullable integers) by the frame's reductions"""
+    import torch
+    lo,hi,ts = {},{},{torch.float64: {}, torch.int64: {}}
+    for n in cols:
+        s = part[n]
+        if s.dtype.kind == 'f': x = nan_tensor(s); ts[torch.float64][n] = (x, ~x.isnan())
+        elif s.dtype != np.uint64 and not s.hasnans: ts[torch.int64][n] = (col_tensor(s.astype(_torch_type(s.dtype))), None)
+        else: lo[n],hi[n] = (_py(f()) if s.count() else np.nan for f in (s.min, s.max))
+    for dt,d in ts.items():
+        r = []
+        for x,ok in d.values():
+            mn,mx = (x,x) if ok is None else (torch.where(ok, x, np.inf),torch.where(ok, x, -np.inf))
+            k = ok.sum() if ok is not None else torch.full((), len(x), device=x.device)
+            r.append(torch.stack([mn.amin().to(dt), mx.amax().to(dt), k.to(dt)]))
+        for n,(a,b,k) in zip(d, torch.stack(r).tolist() if r else []): lo[n],hi[n] = (a,b) if k else (np.nan,np.nan)
     return lo,hi
 
 def chan_combine(a:tuple, b:tuple)->tuple:
@@ -242,7 +254,7 @@ def _value_counts(s):
     "Non-missing value counts of series `s`: (sorted distinct values, counts) arrays on its device for numbers, else a series"
     import torch
     if s.dtype not in _UNIQUE_TYPES: return s.value_counts(dropna=True)
-    return tuple(map(_arr, torch.unique(col_tensor(s.dropna()), sorted=True, return_counts=True)))
+    return tuple(map(_arr, torch.unique(col_tensor(s.dropna() if s.hasnans else s), sorted=True, return_counts=True)))
 
 def _as_series(vc):
     if not isinstance(vc, tuple): return vc
