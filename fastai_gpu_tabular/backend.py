@@ -215,21 +215,23 @@ def _sorted_array(cats):
     if a.dtype.kind not in 'biuf' or (len(a)>1 and not (a[1:]>a[:-1]).all()): return None
     return a
 
-_CATS = {}  # (id, value type, GPU) of a categories array -> (the array, the sorted array, the search type, its tensor there)
+_CATS = {}  # (id, value type, GPU) of a categories array -> (a weak reference to it, sorted, search type, its copy on the GPU)
 
 def _device_cats(cats, sdt)->tuple:
     """(`cats` as a sorted numpy array or None, the type to compare values of type `sdt` with them exactly or None, `cats` as that
-    type on the current GPU): made once per numpy array `cats` (`Categorify` passes the same ones every partition), else each call"""
-    import torch
-    key = (id(cats), str(sdt), torch.cuda.current_device())
-    if (hit := _CATS.get(key)) is not None and hit[0] is cats: return hit[1:]
+    type on the current GPU): made once per numpy array `cats` (`Categorify` passes the same ones every partition) and dropped
+    with it, else each call"""
+    import torch, weakref
+    dev = torch.cuda.current_device()
+    key = (id(cats), str(sdt), dev)
+    if (hit := _CATS.get(key)) is not None and hit[0]() is cats: return (cats if hit[1] else None, *hit[2:])
     a = _sorted_array(cats)
     dt = _search_type(a.dtype, sdt) if a is not None else None
-    res = (a, dt, torch.as_tensor(a.astype(dt), device=f'cuda:{torch.cuda.current_device()}') if dt else None)
-    if isinstance(cats, np.ndarray):
-        if len(_CATS) >= 256: _CATS.pop(next(iter(_CATS)))
-        _CATS[key] = (cats, *res)
-    return res
+    t = torch.as_tensor(a.astype(dt), device=f'cuda:{dev}') if dt else None
+    if isinstance(cats, np.ndarray):  # no reference to the array itself: the entry goes when it does
+        _CATS[key] = (weakref.ref(cats), a is not None, dt, t)
+        weakref.finalize(cats, _CATS.pop, key, None)
+    return a,dt,t
 
 def cat_codes(s, cats:list):
     "int64 position of each value of `s` in `cats`; -1 where missing or not in `cats`"

@@ -114,7 +114,9 @@ def test_column_helpers_on_cudf_equal_pandas():
     cats, s = np.array([2, 5, 9]), cudf.Series([5, 9, None, 7, 2], dtype='int32')
     assert cat_codes(s, cats).to_pandas().tolist() == cat_codes(s, cats).to_pandas().tolist() == [1, 2, -1, -1, 0]
     assert cat_codes(s.to_pandas(), cats).tolist() == [1, 2, -1, -1, 0]
-    assert sum(v[0] is cats for v in _CATS.values()) == 1  # a vocabulary array goes to the GPU once, not once a call
+    assert sum(v[0]() is cats for v in _CATS.values()) == 1  # a vocabulary array goes to the GPU once, not once a call
+    n = len(_CATS); del cats
+    assert len(_CATS) == n - 1  # and its copy goes with it
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         g, p = clean_conts(gdf.copy(), ['c', 'e', 'h']), clean_conts(pdf.copy(), ['c', 'e', 'h'])
