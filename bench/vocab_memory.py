@@ -6,8 +6,8 @@ For `n` distinct int64 ids, each seen once in each of two partitions of `n` rows
 (`_value_counts`) and their merge (`_add_counts`: the step of the tree reduction that holds the whole column's counts on one
 worker), with the peak of torch's allocator above what was allocated before (the partitions themselves, in cuDF's memory, are
 not counted: they are the data, not the vocabulary); then the client's side (`_counts_series`, `vocab_from_counts`: seconds and
-the growth of the process's resident memory, the vocabulary held); then encoding 1M rows with that vocabulary (`cat_codes`, a searchsorted: its
-first call copies the vocabulary to the GPU, later ones reuse it). Prints a table, results/vocab_memory.json."""
+the growth of the process's resident memory, the vocabulary held); then encoding 1M rows with that vocabulary (`cat_codes`, a
+searchsorted: its first call copies the vocabulary to the GPU, later ones reuse it). Prints a table, results/vocab_memory.json."""
 import argparse, resource, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
