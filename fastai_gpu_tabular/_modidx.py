@@ -820,6 +820,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                             'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.TrainTimer.after_batch': ( 'train.html#traintimer.after_batch',
                                                                                                'fastai_gpu_tabular/train.py'),
+                                          'fastai_gpu_tabular.train.TrainTimer.after_cancel_fit': ( 'train.html#traintimer.after_cancel_fit',
+                                                                                                    'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.TrainTimer.after_train': ( 'train.html#traintimer.after_train',
                                                                                                'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.TrainTimer.after_validate': ( 'train.html#traintimer.after_validate',

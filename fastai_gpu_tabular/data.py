@@ -108,6 +108,7 @@ def synth_criteo(
     file_rows:int=5_000_000, # Rows of each file (and of each chunk generated at once)
     row_group_rows:int=1_000_000, # Rows of a parquet row group
     overwrite:bool=False, # Replace the files in `path`
+    rank:int=0, world_size:int=1, # Write files `rank`, `rank`+`world_size`, ... only: one folder from several processes (GPUs)
 ):
     "Criteo-shaped click logs with a known signal: Zipf-distributed ids C1..C26, heavy-tailed counts I1..I13 with gaps, `label` (~25% 1s)"
     gpu = ifnone(gpu, gpu_available())
@@ -120,13 +121,15 @@ def synth_criteo(
     if path is None:
         parts = [chunk(i, min(file_rows, n - s)) for i,s in enumerate(range(0, n, file_rows))]
         return parts[0] if len(parts) == 1 else df_lib(parts[0]).concat(parts, ignore_index=True)
-    path = Path(path)
-    if path.exists() and any(path.glob('part.*.parquet')) and not overwrite:
-        raise FileExistsError(f"{path} holds part files: pass `overwrite=True` to replace them")
+    if not 0 <= rank < world_size: raise ValueError(f"`rank` must be in [0, `world_size`={world_size}), not {rank}")
+    path,mine = Path(path),list(enumerate(range(0, n, file_rows)))[rank::world_size]
+    fn = lambda i: path/f'part.{i:05d}.parquet'
+    # one writer: every part file of `path` is replaced; several: each its own, the others' files are theirs
+    olds = list(path.glob('part.*.parquet')) if world_size == 1 else [fn(i) for i,_ in mine if fn(i).exists()]
+    if olds and not overwrite: raise FileExistsError(f"{path} holds part files: pass `overwrite=True` to replace them")
     path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob('part.*.parquet'): old.unlink()
-    for i,s in enumerate(progress_bar(range(0, n, file_rows), leave=False)):
-        write_parquet(chunk(i, min(file_rows, n - s)), path/f'part.{i:05d}.parquet', row_group_rows)
+    for old in olds: old.unlink()
+    for i,s in progress_bar(mine, leave=False): write_parquet(chunk(i, min(file_rows, n - s)), fn(i), row_group_rows)
     return path
 
 # %% ../nbs/03_data.ipynb #772ceec4

@@ -33,12 +33,14 @@ def _now()->float:
 
 class TrainTimer(Callback):
     "Seconds and batches of the training phases of a fit, and seconds of its validations"
-    order = 95
+    order = 89  # before `StopAfter` (90): the batch it stops after is counted
     def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
     def before_fit(self): self.seconds,self.batches,self.valid_seconds = 0.,0,0.
     def before_train(self): self.t0 = _now()
     def after_batch(self): self.batches += self.training
     def after_train(self): self.seconds += _now()-self.t0
+    def after_cancel_fit(self):
+        if self.training: self.seconds += _now()-self.t0  # stopped inside a training phase: `after_train` does not come
     def before_validate(self): self.v0 = _now()
     def after_validate(self): self.valid_seconds += _now()-self.v0
 
@@ -294,7 +296,7 @@ def main(
     fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
-    stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never)
+    stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never); metrics.json: their rate
     last:store_true=False, # Keep the last epoch's weights (default: the epoch with the lowest validation loss)
     mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: `default_mem_bytes`, at most 2 GiB)
     group_names:str=None, # Columns grouping ranking metrics, e.g. 'userId' (raw ids; a processed folder's pass-through columns)
@@ -337,6 +339,10 @@ def main(
     if lr is None: lr = pick_lr(learn, out, opt, resume); ph.lap('lr_find')
     final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
                             validate=not last and bool(dls.valid.n))
+    if stop.stopped and not rank_distrib():  # what an interrupted run trained, and how fast: `--stop-after` times N batches
+        out.mkdir(parents=True, exist_ok=True)
+        (out/'metrics.json').write_text(json.dumps(dict(stopped_after=timer.batches, world_size=world, bs=bs, phases_s=dict(ph.s,
+            train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None), indent=1))
     if stop.stopped or rank_distrib(): return learn
     fit = ph.s.pop('fit')
     ph.s.update(train=timer.seconds, validation=timer.valid_seconds,

@@ -17,6 +17,19 @@ def test_files_written_chunk_by_chunk_are_the_rows_in_memory(tmp_path):
     synth_criteo(10, path=path, overwrite=True, **kw)
     assert len(list(path.glob('part.*.parquet'))) == 1
 
+def test_writers_of_a_shard_each_write_the_one_writers_files(tmp_path):
+    "Several processes (`rank` of `world_size`) fill one folder with the files one process writes, keeping each other's"
+    kw = dict(cap=5_000, gpu=False, seed=3, file_rows=4_000, row_group_rows=1_500)
+    one = synth_criteo(15_000, path=tmp_path/'one', **kw)
+    for r in (2, 0, 1): synth_criteo(15_000, path=tmp_path/'three', rank=r, world_size=3, **kw)
+    files = sorted(f.name for f in one.glob('*.parquet'))
+    assert files == sorted(f.name for f in (tmp_path/'three').glob('*.parquet')) and len(files) == 4
+    for f in files: pd.testing.assert_frame_equal(pd.read_parquet(one/f), pd.read_parquet(tmp_path/'three'/f))
+    with pytest.raises(FileExistsError, match='holds part files'): synth_criteo(15_000, path=tmp_path/'three', rank=1, world_size=3, **kw)
+    synth_criteo(15_000, path=tmp_path/'three', rank=1, world_size=3, overwrite=True, **kw)  # its own files only
+    assert len(list((tmp_path/'three').glob('*.parquet'))) == 4
+    with pytest.raises(ValueError, match='`rank`'): synth_criteo(10, path=tmp_path/'x', rank=2, world_size=2, **kw)
+
 def test_the_cli_reads_it_by_name_as_a_folder_and_as_a_glob(tmp_path):
     names = {k: ','.join(v) if isinstance(v, tuple) else v for k, v in CRITEO_SCHEMA.items()}
     a = prep(data='synth-criteo', rows=6_000, cpu=True, out=str(tmp_path/'a'))

@@ -144,6 +144,8 @@ def test_fgt_train_sparse_tables_resume_like_a_whole_run(tmp_path):
                   emb_opt='lazy-adam', emb_rule='fixed', emb_dim='8', opt='lamb')
     whole = main(out=str(tmp_path/'whole'), **common)
     main(out=str(tmp_path/'cut'), stop_after=17, **common)
+    m = json.loads((tmp_path/'cut'/'metrics.json').read_text())  # the stopped run's: what it trained, how fast
+    assert m['stopped_after'] == 17 and m['train_rows_s'] > 0 and 0 < m['phases_s']['train'] < m['phases_s']['fit']
     cut = main(out=str(tmp_path/'cut'), resume=True, **common)
     for (k, v), w in zip(whole.model.state_dict().items(), cut.model.state_dict().values()): assert torch.equal(v, w), k
     m = json.loads((tmp_path/'whole'/'metrics.json').read_text())
