@@ -5,6 +5,7 @@
 # The raw files go to /dev/shm when it can hold them (it is grown first), else beside the processed folder; when the disk
 # cannot hold both, fewer rows (a multiple of 100M) are written, and the log says so.
 set -u
+R=/tmp/fgt_repo; rm -rf $R; mkdir -p $R; tar --exclude=./.whl -cf - . | tar -xf - -C $R; cd $R  # a copy the next calls' trees leave alone
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 L=${LOGS:-/tmp/logs}; mkdir -p "$L"; ROWS=${ROWS:-1000000000}; D=/tmp/billion
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
