@@ -16,9 +16,17 @@ if [ "$shm" -gt $((ROWS * 62)) ]; then RAW=/dev/shm/billion_raw; per=75; else RA
 if [ "$disk" -lt $((ROWS * per)) ]; then ROWS=$((disk / per / 100000000 * 100000000)); echo "the disk holds $ROWS rows"; fi
 echo "rows $ROWS, raw files in $RAW"
 python3 bench/bench_billion.py --rows "$ROWS" --raw "$RAW" --dir $D --steps gen,prep,train > "$L/billion.log" 2>&1; echo "billion rc $?"
-python3 bench/bench_billion.py --rows "$ROWS" --dir $D --steps scale --append > "$L/scale.log" 2>&1; echo "scale rc $?"
-rm -rf $D "$RAW"
-python3 bench/bench_dask.py --shape criteo --rows 100000000 --workers 1,2 --no-persist --no-pandas --in-memory-max 0 \
-  --name dask_criteo_2gpu > "$L/dask.log" 2>&1; echo "dask rc $?"
-python3 -m pytest -m gpu2 -q -p no:logging -rf > "$L/gpu2.log" 2>&1; echo "gpu2 rc $?"
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then  # the scaling figures and the 2-GPU suite
+  python3 bench/bench_billion.py --rows "$ROWS" --dir $D --steps scale --append > "$L/scale.log" 2>&1; echo "scale rc $?"
+  rm -rf $D "$RAW"
+  python3 bench/bench_dask.py --shape criteo --rows 100000000 --workers 1,2 --no-persist --no-pandas --in-memory-max 0 \
+    --name dask_criteo_2gpu > "$L/dask.log" 2>&1; echo "dask rc $?"
+  python3 -m pytest -m gpu2 -q -p no:logging -rf > "$L/gpu2.log" 2>&1; echo "gpu2 rc $?"
+else  # one GPU, a rehearsal: the streaming loader on the same number of rows (resident and streamed), then the 1-GPU suite
+  rm -rf $D "$RAW"
+  python3 bench/bench_stream.py --shape criteo --rows "$ROWS" --bs 65536 --emb-dim 16 --emb-opt rowwise-adagrad --repeats 1 \
+    --name stream_criteo_$((ROWS / 1000000))m > "$L/stream.log" 2>&1; echo "stream rc $?"
+  rm -rf /tmp/fgt_bench_stream
+  python3 -m pytest -m gpu -q -p no:logging -rf > "$L/gpu.log" 2>&1; echo "gpu rc $?"
+fi
 echo ALL DONE
