@@ -587,6 +587,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                        'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._pinned': ('stream.html#_pinned', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._procs': ('stream.html#_procs', 'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream._side_stream': ( 'stream.html#_side_stream',
+                                                                                       'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._to_gpu': ('stream.html#_to_gpu', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.default_mem_bytes': ( 'stream.html#default_mem_bytes',
                                                                                             'fastai_gpu_tabular/stream.py'),

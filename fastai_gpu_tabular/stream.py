@@ -178,9 +178,17 @@ class ProcessedSplit:
         return self.schema.empty_table().select(cols).to_pandas() if self.schema is not None else pd.DataFrame(columns=cols)
 
 # %% ../nbs/04c_stream.ipynb #4ef99ebc
+_sides = {}
+def _side_stream(device)->torch.cuda.Stream:
+    "This reading thread's copy stream on `device`, one a thread name: memory that a window freed is cached for its stream only"
+    # a stream a window (torch's pool cycles through 32) left each window's blocks cached: reserved memory grew all epoch
+    key = (torch.device(device), threading.current_thread().name)
+    if key not in _sides: _sides[key] = torch.cuda.Stream(device)
+    return _sides[key]
+
 def _to_gpu(t:TabTensors, device)->TabTensors:
     "Host tensors `t` (`cats`, `conts` as (columns, rows)) copied to `device` on a side stream this thread waits for, there (rows, columns)"
-    side,main = torch.cuda.Stream(device),torch.cuda.default_stream(device)
+    side,main = _side_stream(device),torch.cuda.default_stream(device)
     with torch.cuda.stream(side):
         res = t.apply(lambda x: x.pin_memory().to(device, non_blocking=True))
         res.cats,res.conts = res.cats.T.contiguous(),res.conts.T.contiguous()

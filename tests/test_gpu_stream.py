@@ -4,7 +4,10 @@ import json
 import numpy as np, pytest, torch
 from fastai.tabular.all import ProgressCallback, RocAucBinary, set_seed, to_device
 from fastai.tabular.data import TabularDataLoaders
-from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+from fastai.tabular.all import CategoryBlock
+from fastai_gpu_tabular.data import synth_movielens, synth_tabular, synth_criteo, CRITEO_SCHEMA
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
 from fastai_gpu_tabular.stream import ParquetDataLoader, ProcessedSplit
 from fastai_gpu_tabular.learner import tabular_learner
 from test_distributed import launch
@@ -31,6 +34,23 @@ def test_cudf_reads_to_the_device_the_batches_of_pyarrow(ml):
             torch.testing.assert_close(a, to_device(b, 'cuda'), rtol=0, atol=0)
             n += 1
         assert n == len(g)
+
+def window_memory(path, epochs=3, **kw):
+    "Most bytes torch reserved over `epochs` of a streamed loader beyond what it held before, and the loader's window bytes"
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, seed=0, mem_bytes=40 << 20, device='cuda', **kw)
+    torch.cuda.synchronize(); torch.cuda.empty_cache(); r0, peak = torch.cuda.memory_reserved(), 0
+    for _ in range(epochs):
+        for _ in dl: pass
+        torch.cuda.synchronize(); peak = max(peak, torch.cuda.memory_reserved() - r0)
+    return peak, dl.window_bytes(), len(dl.windows())
+
+@pytest.mark.gpu
+def test_windows_memory_is_reused_window_after_window(tmp_path):
+    "A window's device memory serves the next ones: a copy stream a reading thread (a stream a window kept them all reserved)"
+    to = TabularGPU(synth_criteo(1_200_000, cap=50_000, gpu=True), procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, 0),
+                    y_block=CategoryBlock(), **CRITEO_SCHEMA)
+    peak, win, n = window_memory(to.to_parquet(tmp_path/'clicks'))
+    assert n >= 16 and peak <= 12*win, (peak, win, n)
 
 @pytest.mark.gpu
 def test_training_from_parquet_on_the_gpu(ml):
