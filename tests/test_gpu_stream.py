@@ -49,7 +49,7 @@ def test_windows_memory_is_reused_window_after_window(tmp_path):
     "A window's device memory serves the next ones: a copy stream a reading thread (a stream a window kept them all reserved)"
     to = TabularGPU(synth_criteo(1_200_000, cap=50_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
                     splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
-    peak, win, n = window_memory(to.to_parquet(tmp_path/'clicks'))
+    peak, win, n = window_memory(to.to_parquet(tmp_path/'clicks', row_group_rows=16_384))
     assert n >= 16 and peak <= 12*win, (peak, win, n)
 
 @pytest.mark.gpu
