@@ -728,6 +728,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                               'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._counts_series': ( 'tabular_dask.html#_counts_series',
                                                                                                      'fastai_gpu_tabular/tabular_dask.py'),
+                                                 'fastai_gpu_tabular.tabular_dask._empty_cache': ( 'tabular_dask.html#_empty_cache',
+                                                                                                   'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._extreme': ( 'tabular_dask.html#_extreme',
                                                                                                'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._fit_categorify': ( 'tabular_dask.html#_fit_categorify',

@@ -78,9 +78,18 @@ def _apply(part, procs:list, names:dict):
     TabularPandas.process(to)  # fastai's: `TabularGPU.process` would clean the continuous columns again
     return to.items
 
+def _empty_cache():
+    "Give the GPU blocks torch keeps cached back to the device (none without CUDA): a worker's cuDF allocates outside that cache"
+    import torch
+    if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.empty_cache()
+
 def _compute(*xs):
+    "`dask.compute`, then each worker's torch cache emptied: 19.9 GB stayed cached after 100M Criteo rows' statistics pass"
     import dask
-    return dask.compute(*xs)
+    res = dask.compute(*xs)
+    try: from distributed import default_client; default_client().run(_empty_cache)
+    except (ImportError, ValueError): _empty_cache()  # no cluster: the threads of this process did the work
+    return res
 
 @contextmanager
 def _timed(td, name:str):
@@ -91,7 +100,9 @@ def _timed(td, name:str):
         d = td.__dict__.setdefault('timings', {})
         d[name] = round(d.get(name, 0) + time.perf_counter() - t, 3)
 
-def _reduce(merge:Callable, xs:list): return functools.reduce(merge, xs)
+def _reduce(merge:Callable, xs:list):
+    res = functools.reduce(merge, xs)
+    _empty_cache(); return res  # merged results grow, so cached blocks of the last sizes do not serve the next
 
 def _tree(ds:list, merge:Callable, fan:int=8):
     "Delayed partition results `ds` merged by `merge` in groups of `fan`, on the workers, into one delayed result"

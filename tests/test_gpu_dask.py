@@ -4,7 +4,7 @@ import pytest
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-from fastai_gpu_tabular.data import synth_movielens
+from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
 from fastai_gpu_tabular.tabular_dask import TabularDask
 from test_dask import assert_same_state, assert_same_output
 
@@ -49,3 +49,17 @@ def test_two_cuda_workers_equal_one(tmp_path):
     one, two = run(tmp_path, 'one', 1), run(tmp_path, 'two', 2)
     assert_same_state(one, two)
     assert_same_output(tmp_path/'one', tmp_path/'two')
+
+@pytest.mark.gpu
+def test_workers_keep_no_torch_cache_between_passes(tmp_path):
+    "What torch cached on a worker is given back after each pass and merge: cuDF, which allocates outside it, finds the memory free"
+    import dask_cudf, torch
+    synth_criteo(4_000_000, cap=500_000, gpu=True).to_parquet(tmp_path/'c.parquet', row_group_size_rows=250_000)
+    cluster, client = cuda_client(1)
+    try:
+        cols = {k: list(v) if isinstance(v, tuple) else v for k, v in CRITEO_SCHEMA.items()}
+        td = TabularDask(dask_cudf.read_parquet(tmp_path/'c.parquet', split_row_groups=True), progress=False, procs=PROCS,
+                         y_block=CategoryBlock(), splits=RandomRowSplit(0.2, seed=5), **cols)
+        reserved = list(client.run(torch.cuda.memory_reserved).values())[0]
+    finally: client.close(); cluster.close()
+    assert len(td.classes['C3']) > 100_000 and reserved < 64 << 20, reserved
