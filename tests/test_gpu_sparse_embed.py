@@ -44,8 +44,11 @@ def test_rule_leaves_untouched_rows_and_matches_the_dense_step_on_touched_ones(r
         assert torch.equal(p[50:], before[n][50:]) and not torch.equal(p[:50], before[n][:50]), n
         g = grads[n][:50]
         want = before[n][:50] - 0.05*g/(g.abs() + 1e-5)  # a first step of either: sqrt(g²) = |g|, Adam's moments debiased to g, g²
-        torch.testing.assert_close(p[:50], want, rtol=1e-5, atol=2e-5, msg=n)  # atol: a sum of ~80 terms that nearly cancel, in
-        # another order (|g| ~ 1e-5 moves g/(|g| + eps) by ~1e-4 per 1e-8 of g)
+        # g is a sum of ~80 terms that may nearly cancel, added in another order (atomics): where |g| < 1e-3, g/(|g| + eps) moves
+        # by up to 1e-2 a 1e-8 of g, so there the step is only bounded (by the learning rate); elsewhere it equals the dense one
+        ok = g.abs() > 1e-3
+        torch.testing.assert_close(p[:50][ok], want[ok], rtol=1e-5, atol=2e-6, msg=n)
+        assert ok.float().mean() > 0.5 and ((p[:50] - before[n][:50]).abs() <= 0.05 + 1e-6).all(), n
 
 def test_bf16_fit_synchronises_once_a_step():
     set_seed(0)
