@@ -10,8 +10,9 @@ p.add_argument('--top', type=int, default=45)
 p.add_argument('--profiled', action='store_true', help='(internal) this process is the profiled run')
 a, rest = p.parse_known_args()  # the rest: fgt-train's flags
 if a.profiled:
+    from fastcore.script import anno_parser
     from fastai_gpu_tabular.train import main
-    kw = {k.lstrip('-').replace('-', '_'): int(v) if k in ('--epochs', '--bs') else v for k, v in zip(rest[::2], rest[1::2])}
+    kw = {k: v for k, v in anno_parser(main).parse_args(rest).__dict__.items() if k not in ('pdb', 'xtra', 'data')}  # typed as fgt-train's
     pr = cProfile.Profile(); pr.enable(); main(data=a.data, **kw); pr.disable()
     s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats('cumulative').print_stats(a.top); print(s.getvalue()[-12000:])
     sys.exit()

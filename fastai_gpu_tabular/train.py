@@ -59,7 +59,7 @@ class KeepBest(SaveModelCallback):
                 ):
         super().__init__(monitor='valid_loss', fname='best', with_opt=False)
         self.state_fn,self.fn = Path(out)/'best.json',Path(out)/'best.safetensors'
-        self.resume,self.checkpoint,self.bytes = resume,checkpoint,0
+        self.resume,self.checkpoint,self.bytes,self.kept = resume,checkpoint,0,None
     def _save(self, name):
         "best.safetensors: a link to the checkpoint's weights of this epoch where there is one (else a copy or a write; rank 0 only)"
         if rank_distrib(): return
@@ -74,7 +74,8 @@ class KeepBest(SaveModelCallback):
         os.replace(tmp, self.fn)
     def before_fit(self):
         super().before_fit()
-        if self.resume and self.state_fn.exists(): self.best = json.loads(self.state_fn.read_text())['valid_loss']
+        if self.resume and self.state_fn.exists():
+            d = json.loads(self.state_fn.read_text()); self.best,self.kept = d['valid_loss'],d.get('values')
     def before_epoch(self): self.n_values = len(self.recorder.values)
     def after_epoch(self):
         vals = self.recorder.values
@@ -82,7 +83,9 @@ class KeepBest(SaveModelCallback):
         TrackerCallback.after_epoch(self)
         if self.new_best:
             self._save(self.fname)
-            if not rank_distrib(): self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch)))
+            self.kept = [None if v is None else float(v) for v in vals[-1][1:]]  # its validation: loss and metrics, as recorded
+            if not rank_distrib():
+                self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch, values=self.kept)))
     def after_fit(self):
         if not np.isfinite(self.best): return  # stopped before an epoch ended
         distrib_barrier()  # rank 0 wrote the file: the same weights on every rank
@@ -243,12 +246,15 @@ def model_memory(model, device, flags:str='`--emb-dim`, `--freq-threshold` or `-
 
 def fit_step(learn, epochs:int, lr:float, cbs:list, stopped, ph, sync_bn:bool, bf16_grads:bool, sparse_embeddings:bool,
              validate:bool)->tuple:
-    "(the kept epoch's metrics or None, the sparse tables): `fit_one_cycle` under `distrib_ctx`, then `validate` on every rank"
+    """(the kept epoch's metrics or None, the sparse tables): `fit_one_cycle` under `distrib_ctx`; the metrics `KeepBest` recorded
+    for its epoch (validated once, in the fit), else `validate` on every rank"""
     with learn.distrib_ctx(sync_bn=sync_bn, **ddp_kwargs(bf16_grads, sparse_embeddings=None if sparse_embeddings else False)):
         learn.fit_one_cycle(epochs, lr, cbs=cbs)
         ph.lap('fit')
         sparse = getattr(learn, 'sparse_embedding_grads', None)
-        return (learn.validate() if validate and not stopped() else None), (sparse.names if sparse is not None else [])
+        keep = first(o for o in cbs if isinstance(o, KeepBest))
+        final = None if not validate or stopped() else keep.kept if keep is not None and keep.kept is not None else learn.validate()
+        return final, (sparse.names if sparse is not None else [])
 
 def report_step(learn, out:Path, ph, timer, final, **info)->dict:
     "metrics.json (metrics, `info`, phases, bytes saved) and the printed summary of a run"

@@ -82,6 +82,20 @@ def test_main_steps_one_by_one_equal_main(tmp_path):
     assert json.loads((out/'metrics.json').read_text())['accuracy'] == got['accuracy']
     for k in ('accuracy', 'roc_auc_score', 'valid_loss'): assert got[k] == pytest.approx(want[k], abs=1e-6), k
 
+def test_the_kept_epochs_metrics_are_those_validated_in_the_fit(tmp_path, monkeypatch):
+    "metrics.json reports the kept epoch's validation from the fit (no second pass over the validation rows), across a resume"
+    from fastai.learner import Learner
+    calls, validate = [], Learner.validate
+    monkeypatch.setattr(Learner, 'validate', lambda self, *a, **k: calls.append(1) or validate(self, *a, **k))
+    kw = dict(data='synth', rows=3_000, epochs=3, bs=256, lr=3e-3, cpu=True, out=str(tmp_path/'r'), layers='32', opt='adam')
+    main(stop_after=15, **kw)  # stopped in the second epoch: the first one's validation is in best.json
+    assert len(json.loads((tmp_path/'r'/'best.json').read_text())['values']) == 3  # valid_loss, accuracy, AUC
+    learn = main(resume=True, **kw)
+    assert calls == []
+    m = json.loads((tmp_path/'r'/'metrics.json').read_text())
+    got = dict(zip(['valid_loss', 'accuracy', 'roc_auc_score'], validate(learn)))  # the kept weights, validated again
+    for k, v in got.items(): assert m[k] == pytest.approx(float(v), abs=1e-6), k
+
 def test_lean_checkpoints_write_the_weights_once_and_keep_the_best_by_a_link(tmp_path):
     "A checkpoint writes at most the weights and the optimizer state; the best epoch is a hard link to its checkpoint's weights"
     from safetensors.torch import load_file

@@ -1,5 +1,6 @@
 "Documented behaviour beyond fastai: vocabulary options, multi-hot, new NaNs at inference, bad input, saved state."
 import pickle, numpy as np, pandas as pd, pytest
+from types import SimpleNamespace
 from hypothesis import given, settings, assume, strategies as st, HealthCheck
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.backend import explode_rows, list_values_offsets
@@ -96,6 +97,26 @@ def test_saved_state_round_trip_and_pickle(tmp_path):
     # what `learn.export` pickles: the empty copy, which holds no data
     e = pickle.loads(pickle.dumps(to.new_empty()))
     assert len(e) == 0 and e.classes['movieId'] == to.classes['movieId']
+
+def test_large_vocabularies_keep_their_values_and_rare_numbers_load_as_arrays(tmp_path):
+    "Vocabularies and rare ids over `parquet_min` go through parquet with their types; numeric rare ids load as numpy arrays"
+    vocab = dict(i=list(range(0, 600, 3)), s=[f'id{i:03d}' for i in range(50)], u=[2**63 + i for i in range(30)],
+                 f=[.5*i for i in range(40)])
+    rare = dict(i=list(range(1, 600, 3)), s=[f'r{i}' for i in range(30)], u=[], f=[-1.5, -.5])
+    c = Categorify.from_state(dict(freq_threshold=2, max_size=None, unseen=False, sep='|', vocab=vocab, rare=rare))
+    to = SimpleNamespace(procs=[c], cat_names=list(vocab), cont_names=[], mh_names=[], y_names=[])
+    save_procs(to, tmp_path/'a', parquet_min=20)
+    (back,), names = load_procs(tmp_path/'a')
+    assert len(list((tmp_path/'a').glob('*.parquet'))) == 6 and names['cat_names'] == list(vocab)
+    for n in vocab: assert back.vocab[n] == vocab[n] and [type(o) for o in back.vocab[n]] == [type(o) for o in vocab[n]], n
+    assert isinstance(back.rare['i'], np.ndarray) and back.rare['i'].tolist() == rare['i'] and back.rare['s'] == rare['s']
+    assert back.rare['f'] == rare['f']  # under `parquet_min`: the JSON list
+    df = pd.DataFrame(dict(i=[0, 1, 2, 3], s=['id001', 'r3', 'x', 'id049'], u=[2**63, 2**63+29, 1, 0], f=[.5, -.5, 2., 9.]))
+    enc = lambda p: {n: p._encode(n, df[n]).tolist() for n in vocab}
+    assert enc(back) == enc(c) and enc(c)['i'] == [1, 201, 0, 2]  # 201: `#rare#`, after the 200 ids
+    save_procs(SimpleNamespace(procs=[back], **names), tmp_path/'b', parquet_min=20)  # the loaded state saves as it loaded
+    (again,), _ = load_procs(tmp_path/'b')
+    assert again.vocab == back.vocab and all(np.array_equal(again.rare[n], back.rare[n]) for n in rare)
 
 def test_fastai_procs_are_swapped_for_ours():
     from fastai.tabular.core import Categorify as FC, FillMissing as FF

@@ -1,0 +1,58 @@
+"""`fgt-train`'s wall time against its training phase (issue 27's target: <= 1.5x). Each version of the package runs the same
+command in a fresh process, timed from before its start to after its exit: interpreter start, imports, `main` (its phases from
+metrics.json, and what no phase holds), and the exit. Versions alternate, each run on a fresh `--out`.
+
+    python bench/bench_train_wall.py --data /tmp/processed --ref /tmp/old --repeats 2 -- --epochs 1 --precision bf16 --bs 65536
+
+`--ref` is a folder holding another `fastai_gpu_tabular` package (an earlier commit's, say): the baseline of the same run."""
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from common import report
+
+DRIVER = """import json, sys, time; t0 = time.time()
+from fastcore.script import anno_parser
+import fastai_gpu_tabular.train as t
+t1 = time.time()
+a = anno_parser(t.main).parse_args().__dict__
+t.main(**{k: v for k, v in a.items() if k not in ('pdb', 'xtra')})
+print('FGT_WALL', json.dumps(dict(start=t0, imported=t1, returned=time.time(), file=t.__file__)), flush=True)"""
+
+def run(root, data, flags):
+    "One fgt-train process with package folder `root` first on the path: its timeline (seconds) and metrics.json"
+    out = tempfile.mkdtemp(prefix='fgt_wall_')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get('PYTHONPATH', '')]))
+    t = time.time()
+    r = subprocess.run([sys.executable, '-c', DRIVER, '--data', str(Path(data).resolve()), '--out', out, *flags], env=env, cwd=root,
+                       capture_output=True, text=True)  # `-c` puts the working folder first on the path: `root`
+    end = time.time()
+    if r.returncode: sys.exit(f'fgt-train failed ({root}):\n{r.stderr[-4000:]}')
+    w = json.loads(next(l for l in r.stdout.splitlines() if l.startswith('FGT_WALL'))[8:])
+    if not Path(w['file']).resolve().is_relative_to(Path(root).resolve()): sys.exit(f"ran {w['file']}, not the package in {root}")
+    m = json.loads((Path(out)/'metrics.json').read_text()); shutil.rmtree(out, ignore_errors=True)
+    ph = m['phases_s']
+    return dict(wall=end-t, start=w['start']-t, imports=w['imported']-w['start'], main=w['returned']-w['imported'],
+                exit=end-w['returned'], phases=ph, package=w['file'], auc=m.get('roc_auc_score'), train_rows_s=m.get('train_rows_s'))
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--data', required=True, help='a processed folder (fgt-prep)')
+    p.add_argument('--ref', default=None, help='a folder holding the baseline `fastai_gpu_tabular` package')
+    p.add_argument('--repeats', type=int, default=1)
+    p.add_argument('--name', default='train_wall')
+    p.add_argument('flags', nargs='*', help="fgt-train's flags, after `--`")
+    a = p.parse_args()
+    here = Path(__file__).resolve().parents[1]
+    versions = ([('ref', Path(a.ref).resolve())] if a.ref else []) + [('this', here)]
+    rows = []
+    for i in range(a.repeats):
+        for label, root in versions:
+            r = run(root, a.data, a.flags); ph = r.pop('phases')
+            row = dict(version=label, run=i, **{k: round(v, 2) for k, v in r.items() if isinstance(v, float) and k not in ('auc',)},
+                       **{f'{k}_s': round(v, 2) for k, v in ph.items()}, auc=r['auc'], package=r['package'])
+            row.update(outside=round(row['main'] - sum(ph.values()), 2), wall_over_train=round(r['wall']/ph['train'], 3),
+                       phases_over_train=round(sum(ph.values())/ph['train'], 3))
+            rows.append(row); print(json.dumps(row), flush=True)
+    cols = ['version', 'run', 'wall', 'start', 'imports', 'main', 'outside', 'exit', *[f'{k}_s' for k in ph], 'wall_over_train',
+            'phases_over_train']
+    report(a.name, rows, cols, dict(bench='train_wall', data=a.data, flags=a.flags, repeats=a.repeats))
