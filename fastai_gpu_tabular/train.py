@@ -324,7 +324,8 @@ def main(
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
     ph = Phases()
-    dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda' and gpu_available(), seed, device, bs, valid_pct, mem_bytes,
+    gpu = device.type=='cuda' and not is_processed(data) and gpu_available()  # a processed folder is read by pyarrow: no cuDF import
+    dls,to,y_block,groups,bs = read_step(data, rows, gpu, seed, device, bs, valid_pct, mem_bytes,
                                          [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
                                          cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
     if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better

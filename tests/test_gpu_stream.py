@@ -63,6 +63,17 @@ def test_training_from_parquet_on_the_gpu(ml):
     preds, targs = learn.get_preds()
     assert len(preds) == dls.valid.n
 
+@pytest.mark.gpu
+def test_fgt_train_on_a_processed_folder_imports_no_cudf(ml, tmp_path):
+    "A processed folder is streamed by pyarrow: `fgt-train` on the GPU leaves cuDF unimported (its import is seconds of the run)"
+    import subprocess, sys
+    code = ("import sys; from fastai_gpu_tabular.train import main; "
+            f"main(data={str(ml)!r}, out={str(tmp_path/'r')!r}, epochs=1, bs=8192, lr=5e-3, precision='bf16'); "
+            "print('CUDF', 'cudf' in sys.modules)")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'CUDF False' in r.stdout and json.loads((tmp_path/'r'/'metrics.json').read_text())['device'].startswith('cuda')
+
 @pytest.mark.gpu2
 def test_two_gpus_stream_equal_batch_counts(tmp_path):
     _, path = processed(tmp_path/'big', 300_000, row_group_rows=15_000, part_rows=97_000)
