@@ -192,7 +192,7 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
         dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
         to = dls.train_ds
         return dls, to, 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression', groups, bs
-    df,cols = read_data(data, rows, gpu, seed, **cols)
+    df,cols = read_data(data, rows, gpu and gpu_available(), seed, **cols)  # cuDF imported here only: a processed folder is pyarrow's
     for g in groups:  # the raw ids, beside their processed copy
         if g not in df.columns: raise ValueError(f"`group_names`: no column {g!r} in the data")
         df[f'{g}_group'] = df[g]
@@ -252,8 +252,8 @@ def fit_step(learn, epochs:int, lr:float, cbs:list, stopped, ph, sync_bn:bool, b
         learn.fit_one_cycle(epochs, lr, cbs=cbs)
         ph.lap('fit')
         sparse = getattr(learn, 'sparse_embedding_grads', None)
-        keep = first(o for o in cbs if isinstance(o, KeepBest))
-        final = None if not validate or stopped() else keep.kept if keep is not None and keep.kept is not None else learn.validate()
+        kept = getattr(first(o for o in cbs if isinstance(o, KeepBest)), 'kept', None)
+        final = None if not validate or stopped() else kept if kept is not None else learn.validate()
         return final, (sparse.names if sparse is not None else [])
 
 def report_step(learn, out:Path, ph, timer, final, **info)->dict:
@@ -324,8 +324,7 @@ def main(
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
     ph = Phases()
-    gpu = device.type=='cuda' and not is_processed(data) and gpu_available()  # a processed folder is read by pyarrow: no cuDF import
-    dls,to,y_block,groups,bs = read_step(data, rows, gpu, seed, device, bs, valid_pct, mem_bytes,
+    dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda', seed, device, bs, valid_pct, mem_bytes,
                                          [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
                                          cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
     if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
