@@ -5,7 +5,8 @@ alive when `main` returned). Versions alternate, each run on a fresh `--out`.
 
     python bench/bench_train_wall.py --data /tmp/processed --ref /tmp/old --repeats 2 -- --epochs 1 --precision bf16 --bs 65536
 
-`--ref` is a folder holding another `fastai_gpu_tabular` package (an earlier commit's, say): the baseline of the same run."""
+`--ref` is a folder holding another `fastai_gpu_tabular` package (an earlier commit's, say): the baseline of the same run.
+`--lr-find` adds each version's run without the flags' `--lr`: `lr_find`'s cost is its wall time less the run's with `--lr`."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,21 +47,27 @@ if __name__ == '__main__':
     p.add_argument('--ref', default=None, help='a folder holding the baseline `fastai_gpu_tabular` package')
     p.add_argument('--repeats', type=int, default=1)
     p.add_argument('--freeze', action='store_true', help="also this tree with `gc.freeze()` at exit (version 'this+freeze')")
+    p.add_argument('--lr-find', action='store_true', help="each version also without the flags' `--lr` ('<version>+lr_find')")
     p.add_argument('--name', default='train_wall')
     p.add_argument('flags', nargs='*', help="fgt-train's flags, after `--`")
     a = p.parse_args()
     here = Path(__file__).resolve().parents[1]
     versions = ([('ref', Path(a.ref).resolve())] if a.ref else []) + [('this', here)] + ([('this+freeze', here)] if a.freeze else [])
+    if a.lr_find: versions = [(label+v, root) for label, root in versions for v in ('', '+lr_find')]
     rows = []
     for i in range(a.repeats):
         for label, root in versions:
-            r = run(root, a.data, a.flags, label.endswith('freeze')); ph = r.pop('phases')
+            fl = [f for j, f in enumerate(a.flags) if not label.endswith('+lr_find') or '--lr' not in a.flags[max(j-1, 0):j+1]]
+            r = run(root, a.data, fl, 'freeze' in label); ph = r.pop('phases')
             row = dict(version=label, run=i, threads=r['threads'],
                        **{k: round(v, 2) for k, v in r.items() if isinstance(v, float) and k not in ('auc',)},
                        **{f'{k}_s': round(v, 2) for k, v in ph.items()}, auc=r['auc'], package=r['package'])
             row.update(outside=round(row['main'] - sum(ph.values()), 2), wall_over_train=round(r['wall']/ph['train'], 3),
                        phases_over_train=round(sum(ph.values())/ph['train'], 3))
+            if label.endswith('+lr_find'):  # against the same version's run with `--lr` just before
+                base = rows[-1]; row.update(lr_find_cost=round(row['wall']-base['wall'], 2), cost_over_train=round((row['wall']-base['wall'])/base['train_s'], 3))
             rows.append(row); print(json.dumps(row), flush=True)
-    cols = ['version', 'run', 'wall', 'start', 'imports', 'main', 'outside', 'exit', 'atexit', 'teardown', 'threads', *[f'{k}_s' for k in ph], 'wall_over_train',
-            'phases_over_train']
+    ph = {k: 0 for r in rows for k in r if k.endswith('_s')}
+    cols = ['version', 'run', 'wall', 'start', 'imports', 'main', 'outside', 'exit', 'atexit', 'teardown', 'threads', *ph, 'wall_over_train',
+            'phases_over_train'] + (['lr_find_cost', 'cost_over_train'] if a.lr_find else [])
     report(a.name, rows, cols, dict(bench='train_wall', data=a.data, flags=a.flags, repeats=a.repeats))

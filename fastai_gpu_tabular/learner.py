@@ -17,7 +17,7 @@ from .model import *
 from .optimizer import SparseEmbedOpt
 
 # %% auto #0
-__all__ = ['RUN_FORMAT', 'tabular_learner', 'save_run', 'load_run']
+__all__ = ['LR_FIND_CHECK', 'RUN_FORMAT', 'tabular_learner', 'save_run', 'load_run']
 
 # %% ../nbs/05_learner.ipynb #a76ad92c
 _fai_contiguous = BaseLoss._contiguous
@@ -68,18 +68,44 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
     return learn
 
 # %% ../nbs/05_learner.ipynb #9cccca60
+LR_FIND_CHECK = 10  # `LRFinder`'s batches between two reads of its divergence test when the loss is a tensor
+
+def _stash(sd:dict)->dict:
+    "A copy of state dict `sd`'s tensors: on their GPU where a quarter of its free memory holds them, else in host memory"
+    ts = [v for v in sd.values() if torch.is_tensor(v)]
+    here = bool(ts) and ts[0].is_cuda and sum(v.numel()*v.element_size() for v in ts) < device_bytes_free(ts[0].device)//4
+    return {k: (v.detach().clone() if here else v.detach().to('cpu', copy=True)) if torch.is_tensor(v) else v for k,v in sd.items()}
+
 @patch
 def before_fit(self:LRFinder):
-    "fastai's, with the model's and optimizer's state kept in host memory instead of written to a file"
+    "fastai's, with the model's and optimizer's state copied in memory (on the GPU where it fits) instead of written to a file"
     ParamScheduler.before_fit(self)
-    self.saved = ({k: v.detach().to('cpu', copy=True) for k,v in self.learn.model.state_dict().items()},
-                  deepcopy(self.learn.opt.state_dict()))
-    self.best_loss = float('inf')
+    self.saved = (_stash(self.learn.model.state_dict()), deepcopy(self.learn.opt.state_dict()))
+    self.best_loss,self.div_at = float('inf'),None
+
+_fai_lrfinder_after_batch = LRFinder.after_batch
+
+@patch
+def after_batch(self:LRFinder):
+    """fastai's, with the divergence test kept where the loss is and read every `LR_FIND_CHECK` batches (fastai's reads it every
+    batch: a host sync a step on the GPU); `after_fit` drops what was recorded after the batch where fastai's stops"""
+    s = self.smooth_loss
+    if not torch.is_tensor(s): return _fai_lrfinder_after_batch(self)
+    ParamScheduler.after_batch(self)
+    if self.div_at is None: self.best_loss,self.div_at = torch.full_like(s, float('inf')),torch.full((), -1, device=s.device)
+    self.best_loss = torch.fmin(self.best_loss, s)  # fastai's `<` skips a NaN loss: so does `fmin`
+    if self.stop_div: self.div_at = torch.where((self.div_at < 0) & (s > 4*self.best_loss), self.train_iter, self.div_at)
+    if self.train_iter >= self.num_it: raise CancelFitException()
+    if self.train_iter % LR_FIND_CHECK: return
+    with allowed_sync(): stop = self.div_at.item() >= 0  # under `CheckNoSync`, the one read of the GPU in `LR_FIND_CHECK` batches
+    if stop: raise CancelFitException()
 
 @patch
 def after_fit(self:LRFinder):
-    "fastai's: the model and optimizer as they were before the trial steps"
+    "fastai's: the model and optimizer as they were before the trial steps; the recorded points end at the divergent batch"
     self.learn.opt.zero_grad()
+    if getattr(self, 'div_at', None) is not None and (d := int(self.div_at)) >= 0:
+        r = self.learn.recorder; r.lrs,r.losses = r.lrs[:d],r.losses[:d]
     if getattr(self, 'saved', None) is not None:
         self.learn.model.load_state_dict(self.saved[0]); self.learn.opt.load_state_dict(self.saved[1]); self.saved = None
 

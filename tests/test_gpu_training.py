@@ -78,3 +78,21 @@ def test_device_roc_auc_binary_validates_without_host_sync():
     with pytest.raises(RuntimeError, match='synchroniz'):
         try: learn.fit(1, 3e-3, cbs=CheckNoSync(valid=True))
         finally: torch.cuda.set_sync_debug_mode('default')
+
+def test_lr_find_reads_the_gpu_every_few_batches_and_stops_where_fastai_does():
+    "Under `CheckNoSync` our `LRFinder` reads the GPU once in `LR_FIND_CHECK` batches; its points are fastai's (which is caught syncing)"
+    from fastai.callback.schedule import LRFinder
+    from fastai_gpu_tabular.learner import _fai_lrfinder_after_batch
+    def run(after_batch, check=False):
+        old = LRFinder.after_batch; LRFinder.after_batch = after_batch
+        learn = learner(opt_func=Adam)
+        if check: learn.add_cb(CheckNoSync())
+        try:
+            with learn.no_bar(): sug = learn.lr_find(start_lr=1e-4, end_lr=1e4, num_it=60, show_plot=False)
+        finally: LRFinder.after_batch = old; torch.cuda.set_sync_debug_mode('default')
+        return sug.valley, [float(o) for o in learn.recorder.losses], learn.recorder.lrs
+    ours, fai = run(LRFinder.after_batch, check=True), run(_fai_lrfinder_after_batch)
+    n = min(len(ours[2]), len(fai[2]))
+    assert len(fai[2]) < 60 and abs(len(ours[2]) - len(fai[2])) <= 1  # diverged; the same batch, or one on (atomics' rounding)
+    assert ours[2][:n] == fai[2][:n] and torch.allclose(torch.tensor(ours[1][:n-2]), torch.tensor(fai[1][:n-2]), rtol=1e-2)
+    with pytest.raises(RuntimeError, match='synchroniz'): run(_fai_lrfinder_after_batch, check=True)
