@@ -136,23 +136,23 @@ _offsets = {}  # (device, table shapes): each width's row offsets, columns and b
 
 class _TableBlock(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, idx, width, groups, n_tab, *ts):
+    def forward(ctx, idx, width, groups, n_tab, dtype, *ts):
         tabs,dense = ts[:n_tab],ts[n_tab:]
         starts = np.cumsum([0]+[t.shape[1] for t in tabs])
-        x,bs,runs = tabs[0].new_empty(len(idx), width),len(idx),[]
+        x,bs,runs = tabs[0].new_empty(len(idx), width, dtype=dtype or tabs[0].dtype),len(idx),[]
         for base,cols,offs in groups:
             d,k = base.shape[1],len(cols)
             ids = idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0]==k-1 else idx[:, offs[1]]
             e = F.embedding(ids + offs[0], base)  # one lookup for the tables of this width
             run = (starts[cols] == starts[cols[0]] + d*np.arange(k)).all()  # a run of the block's columns, or spread over it
             if run: x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
-            else: x.index_copy_(1, offs[2], e.view(bs, k*d))
+            else: x.index_copy_(1, offs[2], e.view(bs, k*d).to(x.dtype))
             runs.append((cols, starts[cols[0]] if run else offs[2], d))
         a = starts[-1]
         for dn in dense: x[:, a:a+dn.shape[1]].copy_(dn); a += dn.shape[1]
         x[:, a:].zero_()
         ctx.save_for_backward(idx)
-        ctx.tabs,ctx.starts,ctx.dense,ctx.runs = tabs,starts,[dn.shape[1] for dn in dense],runs
+        ctx.tabs,ctx.starts,ctx.dense,ctx.runs = tabs,starts,[(dn.shape[1], dn.dtype) for dn in dense],runs
         return x
 
     @staticmethod
@@ -160,23 +160,25 @@ class _TableBlock(torch.autograd.Function):
         idx, = ctx.saved_tensors
         ids = idx.t().to(torch.long, memory_format=torch.contiguous_format)  # a table's codes: one contiguous row, in one copy
         vals = {}
-        for cols,a,d in ctx.runs:  # a width's gradients table by table, contiguous, in one copy
+        for cols,a,d in ctx.runs:  # a width's gradients table by table, contiguous, in the tables' dtype, in one copy
             ga = g[:, a:a+len(cols)*d] if isinstance(a, (int, np.integer)) else g.index_select(1, a)
-            vals.update(zip(cols, ga.unflatten(1, (len(cols), d)).transpose(0, 1).contiguous()))
+            ga = ga.unflatten(1, (len(cols), d)).transpose(0, 1)
+            vals.update(zip(cols, ga.to(ctx.tabs[0].dtype, memory_format=torch.contiguous_format).contiguous()))
         for i,t in enumerate(ctx.tabs):  # row-sparse: the batch's rows, uncoalesced, set (or added) here: autograd's accumulation
-            if not ctx.needs_input_grad[4+i]: continue  # would copy each table's (it keeps a sparse gradient only when nothing else can)
+            if not ctx.needs_input_grad[5+i]: continue  # would copy each table's (it keeps a sparse gradient only when nothing else can)
             gi = torch.sparse_coo_tensor(ids[i:i+1], vals[i], t.shape, check_invariants=False)
             t.grad = gi if t.grad is None else t.grad + gi
         grads = [None]*len(ctx.tabs)
         a = ctx.starts[-1]
-        for j,d in enumerate(ctx.dense):
-            grads.append(g[:, a:a+d] if ctx.needs_input_grad[4+len(ctx.tabs)+j] else None); a += d
-        return (None, None, None, None, *grads)
+        for j,(d,dt) in enumerate(ctx.dense):
+            grads.append(g[:, a:a+d].to(dt) if ctx.needs_input_grad[5+len(ctx.tabs)+j] else None); a += d
+        return (None, None, None, None, None, *grads)
 
 def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
                 tables:list, # Embedding weights, (cardinality, width) each: packed by `table_groups`
                 dense:list=(), # (bs, width) tensors placed after the embeddings
                 width:int|None=None, # Columns of the result, zeros after the data (default: no padding)
+                dtype:torch.dtype|None=None, # The block's dtype (default: the tables'), e.g. autocast's where a `Linear` casts it so
                )->Tensor:
     "`embed_block`'s block from one lookup a width of table (`table_groups`), with row-sparse gradients for the tables"
     if not tables: raise ValueError("`table_block` needs at least one table")
@@ -189,7 +191,7 @@ def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
                           torch.tensor(np.concatenate([np.arange(starts[c], starts[c+1]) for c in cols]), device=idx.device))
                          for _,cols in table_groups(tables)]
     groups = [(b, cols, o) for (b,cols),o in zip(table_groups(tables), _offsets[key])]
-    return _TableBlock.apply(idx, width, groups, len(tables), *tables, *dense)
+    return _TableBlock.apply(idx, width, groups, len(tables), dtype, *tables, *dense)
 
 # %% ../nbs/04b_model.ipynb #09c94e2e
 class FastTabularModel(TabularModelMH):
@@ -209,11 +211,18 @@ class FastTabularModel(TabularModelMH):
     def forward(self, x_cat, x_cont=None, x_mh=()):
         dense = [bag_embed(b, v, o) for b,(v,o) in zip(self.bags, x_mh)]
         if self.n_cont != 0: dense.append(x_cont if self.bn_cont is None else self.bn_cont(x_cont))
-        block = table_block if getattr(self, 'sparse', False) and len(self.embeds) else embed_block
-        x = block(x_cat, [e.weight for e in self.embeds], dense, self.width)
+        if getattr(self, 'sparse', False) and len(self.embeds):
+            x = table_block(x_cat, [e.weight for e in self.embeds], dense, self.width, self._block_dtype(x_cat))
+        else: x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
         return self.layers(x)
+
+    def _block_dtype(self, x_cat):
+        """Autocast's dtype on a GPU when the block goes straight into a `Linear`, which would cast it to that dtype (no dropout in
+        between): the block is written in it, half the bytes of float32 for the same values and gradients; else None"""
+        if not (x_cat.is_cuda and torch.is_autocast_enabled('cuda') and isinstance(self.layers[0][0], nn.Linear)): return None
+        return None if self.training and self.emb_drop.p > 0 else torch.get_autocast_dtype('cuda')
 
 # %% ../nbs/04b_model.ipynb #0b2007b2
 import fastai.callback.hook as _hook

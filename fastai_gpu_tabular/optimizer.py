@@ -16,7 +16,7 @@ from .comm import distributed, gather_rows
 from .model import storage_view
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'adagrad_rows', 'rowwise_adagrad_rows',
+__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'adagrad_rows', 'rowwise_adagrad_rows',
            'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #9f4c8f99
@@ -209,6 +209,14 @@ def row_groups(ps:list)->list:
         else: res.append((storage_view(p0, (n, d)), [(p, (p.storage_offset()-p0.storage_offset())//d) for p in grp]))
     return res
 
+def joined(ts:list)->Tensor:
+    "`torch.cat(ts)`, as a view without a copy where `ts` are contiguous and consecutive in one storage (`table_block`'s gradients)"
+    t0 = ts[0]
+    if all(t.is_contiguous() for t in ts) and all(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and
+            b.storage_offset() == a.storage_offset()+a.numel() for a,b in zip(ts, ts[1:])):
+        return storage_view(t0, (sum(len(t) for t in ts), *t0.shape[1:]))
+    return torch.cat(ts)
+
 def adagrad_rows(w, g, st, lr, eps, step, **_):
     "`torch.optim.Adagrad` (no decay of the rate) on rows `w` with summed gradients `g`: state `sum`, a value a weight"
     s = st['sum'].addcmul_(g, g)
@@ -263,8 +271,8 @@ class SparseEmbedOpt(Optimizer):
     def _touched(self, groups):
         "[(rows, summed gradients)] of each group (`row_groups`): the touched rows of all groups found at once, in one id space"
         starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
-        ids = [torch.cat([p.grad._indices() for p,_ in ms], 1)[0] + self._offsets(ms, s) for (_,ms),s in zip(groups, starts)]
-        vals = [torch.cat([p.grad._values() for p,_ in ms]).to(b.dtype) for b,ms in groups]
+        ids = [joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s) for (_,ms),s in zip(groups, starts)]
+        vals = [joined([p.grad._values() for p,_ in ms]).to(b.dtype) for b,ms in groups]  # `table_block`'s: one view, no copy
         with allowed_sync():  # the step's host synchronisations: the rows' count, the groups' bounds (each rank's lookups, across ranks)
             if distributed(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, then +
             rows,inv = torch.unique(torch.cat(ids), return_inverse=True)

@@ -6,8 +6,8 @@ from functools import partial
 import pytest, torch
 from fastai.tabular.all import Adam, set_seed, tabular_config
 from fastai.optimizer import average_grad, average_sqr_grad, adam_step
-from fastai_gpu_tabular.model import FastTabularModel, table_groups
-from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb, row_groups
+from fastai_gpu_tabular.model import FastTabularModel, table_groups, table_block
+from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb, row_groups, joined
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.train import main, emb_sizes, model_memory
@@ -40,6 +40,34 @@ def test_packed_model_equals_the_per_table_one():
     a2, _ = pair(); a2.load_state_dict(b.state_dict())  # loadable both ways
     b.load_state_dict(a.state_dict())
     assert len({t.untyped_storage().data_ptr() for t in (e.weight for e in b.embeds)}) == 3  # still packed
+
+def test_a_block_in_autocasts_dtype_gives_the_float32_blocks_values_and_gradients():
+    "`table_block(dtype=bfloat16)` before a `Linear` under autocast: what the float32 block gives once the `Linear` casts it"
+    _, b = pair(); lin = torch.nn.Linear(20, 3)  # the tables' 18 columns and 2 continuous ones
+    x, c = batch()
+    res = []
+    for dt in (None, torch.bfloat16):
+        for p in [*b.parameters(), *lin.parameters()]: p.grad = None
+        cc = c.clone().requires_grad_()
+        with torch.autocast('cpu', torch.bfloat16): blk = table_block(x, [e.weight for e in b.embeds], [cc], 20, dt); y = lin(blk)
+        y.float().pow(2).sum().backward()
+        res.append((blk.dtype, y, [e.weight.grad for e in b.embeds], cc.grad, lin.weight.grad))
+    (d0, y0, g0, c0, w0), (d1, y1, g1, c1, w1) = res
+    assert (d0, d1) == (torch.float32, torch.bfloat16) and torch.equal(y0, y1) and torch.equal(w0, w1)
+    assert c1.dtype == torch.float32 and torch.equal(c0, c1)
+    for p, q in zip(g0, g1): assert q.dtype == torch.float32 and torch.equal(p.to_dense(), q.to_dense())
+
+def test_joined_gradients_are_a_view_where_consecutive():
+    b = torch.arange(24.).view(6, 4)
+    v = joined([b[:2], b[2:5], b[5:]])
+    assert v.data_ptr() == b.data_ptr() and torch.equal(v, b)
+    w = joined([b[2:5], b[:2]])  # not in storage order: copied
+    assert w.data_ptr() != b.data_ptr() and torch.equal(w, torch.cat([b[2:5], b[:2]]))
+    set_seed(0); m = FastTabularModel([(20, 5), (7, 5), (30, 3)], 2, 2, [8], sparse=True)  # tables 0 and 1: one tensor
+    m(torch.stack([torch.randint(0, n, (16,)) for n in (20, 7, 30)], 1), torch.randn(16, 2)).sum().backward()
+    g0, g1 = (e.weight.grad for e in m.embeds[:2])
+    v = joined([g0._values(), g1._values()])  # `table_block`'s values: no copy (the sparse tensors keep their indices' own)
+    assert v.data_ptr() == g0._values().data_ptr() and torch.equal(v, torch.cat([g0._values(), g1._values()]))
 
 def test_moved_tables_are_packed_again():
     a, b = pair()
