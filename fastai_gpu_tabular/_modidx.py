@@ -303,6 +303,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                              'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._TableBlock.forward': ( 'model.html#_tableblock.forward',
                                                                                             'fastai_gpu_tabular/model.py'),
+                                          'fastai_gpu_tabular.model._consecutive': ( 'model.html#_consecutive',
+                                                                                     'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._lookup': ('model.html#_lookup', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model.bag_embed': ('model.html#bag_embed', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model.block_width': ('model.html#block_width', 'fastai_gpu_tabular/model.py'),

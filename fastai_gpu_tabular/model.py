@@ -118,15 +118,18 @@ def storage_view(t:Tensor, shape:tuple)->Tensor:
     t = t.detach()
     return t.new_empty(0).set_(t.untyped_storage(), t.storage_offset(), shape, tuple(int(np.prod(shape[i+1:])) for i in range(len(shape))))
 
+def _consecutive(ts:list)->bool:
+    "Whether tensors `ts` are contiguous and follow each other in one storage, in order (rows of one tensor)"
+    return all(t.is_contiguous() for t in ts) and all(a.untyped_storage().data_ptr()==b.untyped_storage().data_ptr()
+                                                     and b.storage_offset()==a.storage_offset()+a.numel() for a,b in zip(ts, ts[1:]))
+
 def table_groups(tables:list)->list:
     "[(base, columns)]: `tables` (embedding weights) by width, each width's tables rows of one tensor `base` (packed into one if not)"
     res = []
     for w in dict.fromkeys(t.shape[1] for t in tables):
         cols = [i for i,t in enumerate(tables) if t.shape[1]==w]
         ts = [tables[i] for i in cols]
-        same = lambda a,b: (a.untyped_storage().data_ptr()==b.untyped_storage().data_ptr()
-                            and b.storage_offset()==a.storage_offset()+a.numel())
-        if not all(t.is_contiguous() for t in ts) or not all(same(a,b) for a,b in zip(ts, ts[1:])):  # new, or moved by `Module.to`
+        if not _consecutive(ts):  # new, or moved by `Module.to`
             base,a = torch.cat([t.detach() for t in ts]),0
             for t in ts: t.data,a = base[a:a+len(t)],a+len(t)  # the same `Parameter`s (optimizer state stays theirs), now rows of `base`
         res.append((storage_view(ts[0], (sum(len(t) for t in ts), w)), cols))

@@ -13,7 +13,7 @@ from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
 from .comm import distributed, gather_rows
-from .model import storage_view
+from .model import storage_view, _consecutive
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'adagrad_rows', 'rowwise_adagrad_rows',
@@ -211,11 +211,7 @@ def row_groups(ps:list)->list:
 
 def joined(ts:list)->Tensor:
     "`torch.cat(ts)`, as a view without a copy where `ts` are contiguous and consecutive in one storage (`table_block`'s gradients)"
-    t0 = ts[0]
-    if all(t.is_contiguous() for t in ts) and all(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and
-            b.storage_offset() == a.storage_offset()+a.numel() for a,b in zip(ts, ts[1:])):
-        return storage_view(t0, (sum(len(t) for t in ts), *t0.shape[1:]))
-    return torch.cat(ts)
+    return storage_view(ts[0], (sum(len(t) for t in ts), *ts[0].shape[1:])) if _consecutive(ts) else torch.cat(ts)
 
 def adagrad_rows(w, g, st, lr, eps, step, **_):
     "`torch.optim.Adagrad` (no decay of the rate) on rows `w` with summed gradients `g`: state `sum`, a value a weight"
