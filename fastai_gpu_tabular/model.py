@@ -8,7 +8,8 @@ from fastai.tabular.all import *
 
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'block_width', 'embed_block', 'storage_view',
-           'table_groups', 'table_block', 'FastTabularModel', 'layer_info', 'save_weights', 'load_weights']
+           'table_groups', 'table_plan', 'table_block', 'FastTabularModel', 'layer_info', 'save_weights',
+           'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -142,7 +143,37 @@ def _lookup(base:Tensor, ids:Tensor)->Tensor:
     if not base.is_cuda or d > 32: return F.embedding(ids, base)
     return base.view(-1).take(ids.unsqueeze(-1)*d + torch.arange(d, device=base.device)).view(*ids.shape, d)
 
-_offsets = {}  # (device, table shapes): each width's row offsets, columns and block columns on the device
+try: import triton, triton.language as tl
+except ImportError: triton = None
+
+if triton is not None:
+    @triton.jit
+    def _gather_kernel(IDX, s0, s1, COLS, OFFS, NROWS, DST, BASE, X, W, BS, BAD, D:tl.constexpr, BR:tl.constexpr, BD:tl.constexpr):
+        "Rows of `BR` batch rows of one table (program axis 1) from `BASE`, written in `X`'s dtype at the table's block columns"
+        j = tl.program_id(1)
+        r = tl.program_id(0).to(tl.int64)*BR + tl.arange(0, BR)
+        rm = r < BS
+        code = tl.load(IDX + r*s0 + tl.load(COLS + j)*s1, mask=rm, other=0).to(tl.int64)
+        ok = rm & (code >= 0) & (code < tl.load(NROWS + j))
+        nbad = tl.max((rm & (ok == 0)).to(tl.int32), axis=0)
+        tl.atomic_max(BAD, nbad, mask=nbad > 0)  # a code out of its table: `F.embedding`'s device assert, after the kernel
+        c = tl.arange(0, BD)
+        v = tl.load(BASE + (code + tl.load(OFFS + j))[:, None]*D + c[None, :], mask=ok[:, None] & (c < D)[None, :], other=0.)
+        v = v.to(X.dtype.element_ty, fp_downcast_rounding='rtne')  # torch's rounding (Triton's interpreter truncates)
+        tl.store(X + r[:, None]*W + tl.load(DST + j) + c[None, :], v, mask=rm[:, None] & (c < D)[None, :])
+
+def _gather_into(x:Tensor, idx:Tensor, base:Tensor, offs:tuple):
+    """`x[:, cols] = F.embedding(idx[:, tables] + row offsets, base)` in one pass on a GPU (Triton): no looked-up rows in between
+    (2.56M rows of 128 float32 values: 1.3 GB written and read again), cast to `x`'s dtype as they are written"""
+    if not len(idx): return
+    d,k,bd = base.shape[1],len(offs[1]),triton.next_power_of_2(base.shape[1])
+    br = max(1, 8192//bd)
+    bad = idx.new_zeros(1, dtype=torch.int32)
+    _gather_kernel[(triton.cdiv(len(idx), br), k)](idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3], base, x,
+                                                   x.stride(0), len(idx), bad, D=d, BR=br, BD=bd)
+    torch._assert_async(bad[0] == 0, "a categorical code is out of its embedding table's rows")
+
+_offsets = {}  # (device, table shapes): each width's row offsets, columns, block columns, first block columns and rows, on the device
 
 class _TableBlock(torch.autograd.Function):
     @staticmethod
@@ -152,12 +183,14 @@ class _TableBlock(torch.autograd.Function):
         x,bs,runs = tabs[0].new_empty(len(idx), width, dtype=dtype or tabs[0].dtype),len(idx),[]
         for base,cols,offs in groups:
             d,k = base.shape[1],len(cols)
-            ids = idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0]==k-1 else idx[:, offs[1]]
-            e = _lookup(base, ids + offs[0])  # one lookup for the tables of this width
             run = (starts[cols] == starts[cols[0]] + d*np.arange(k)).all()  # a run of the block's columns, or spread over it
-            if run: x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
-            else: x.index_copy_(1, offs[2], e.view(bs, k*d).to(x.dtype))
-            runs.append((cols, starts[cols[0]] if run else offs[2], d))
+            sl = cols[-1]-cols[0] == k-1  # the tables' codes: a slice of `idx`'s columns
+            if triton is not None and x.is_cuda: _gather_into(x, idx, base, offs)
+            else:
+                e = _lookup(base, (idx[:, cols[0]:cols[-1]+1] if sl else idx[:, offs[1]]) + offs[0])  # one lookup for this width
+                if run: x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
+                else: x.index_copy_(1, offs[2], e.view(bs, k*d).to(x.dtype))
+            runs.append((cols, starts[cols[0]] if run else offs[2], d, offs, sl))
         a = starts[-1]
         for dn in dense: x[:, a:a+dn.shape[1]].copy_(dn); a += dn.shape[1]
         x[:, a:].zero_()
@@ -168,40 +201,49 @@ class _TableBlock(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         idx, = ctx.saved_tensors
-        ids = idx.t().to(torch.long, memory_format=torch.contiguous_format)  # a table's codes: one contiguous row, in one copy
-        vals = {}
-        for cols,a,d in ctx.runs:  # a width's gradients table by table, contiguous, in the tables' dtype, in one copy
+        bs = len(idx)
+        for cols,a,d,offs,sl in ctx.runs:  # a width's gradients row by row of the batch, in the tables' dtype: one copy, no transpose
+            if not any(ctx.needs_input_grad[5+i] for i in cols): continue
             ga = g[:, a:a+len(cols)*d] if isinstance(a, (int, np.integer)) else g.index_select(1, a)
-            ga = ga.unflatten(1, (len(cols), d)).transpose(0, 1)
-            vals.update(zip(cols, ga.to(ctx.tabs[0].dtype, memory_format=torch.contiguous_format).contiguous()))
-        for i,t in enumerate(ctx.tabs):  # row-sparse: the batch's rows, uncoalesced, set (or added) here: autograd's accumulation
-            if not ctx.needs_input_grad[5+i]: continue  # would copy each table's (it keeps a sparse gradient only when nothing else can)
-            gi = torch.sparse_coo_tensor(ids[i:i+1], vals[i], t.shape, check_invariants=False)
-            t.grad = gi if t.grad is None else t.grad + gi
+            vals = ga.to(ctx.tabs[0].dtype).contiguous().view(bs*len(cols), d)
+            codes = (idx[:, cols[0]:cols[-1]+1] if sl else idx[:, offs[1]]).long()
+            ids = (codes + offs[0]).view(-1)  # the lookups' rows of the width's tensor, in the order of `vals`
+            joint = (tuple(id(ctx.tabs[i]) for i in cols), ids, vals)  # for `SparseEmbedOpt`: the width's gradient as one tensor
+            for i,ci,vi in zip(cols, codes.t().unsqueeze(1).unbind(0), vals.view(bs, len(cols), d).unbind(1)):  # each table's: views
+                if not ctx.needs_input_grad[5+i]: continue  # row-sparse, uncoalesced, set (or added) here: autograd's accumulation
+                t,gi = ctx.tabs[i],torch.sparse_coo_tensor(ci, vi, ctx.tabs[i].shape)  # would copy it (unless nothing else can reach it)
+                if t.grad is None: gi._joint,t.grad = joint,gi
+                else: t.grad = t.grad + gi
         grads = [None]*len(ctx.tabs)
         a = ctx.starts[-1]
         for j,(d,dt) in enumerate(ctx.dense):
             grads.append(g[:, a:a+d].to(dt) if ctx.needs_input_grad[5+len(ctx.tabs)+j] else None); a += d
         return (None, None, None, None, None, *grads)
 
+def table_plan(tables:list, device)->list:
+    "[(base, columns, offsets)]: `table_groups(tables)` with each width's row offsets, columns and block columns on `device`"
+    key = (device, *(t.shape for t in tables))
+    if key not in _offsets:  # made once: a tensor copied to the GPU each batch would wait for it
+        starts = np.cumsum([0]+[t.shape[1] for t in tables])
+        _offsets[key] = [tuple(torch.tensor(o, device=device) for o in (
+                            np.cumsum([0]+[len(tables[c]) for c in cols[:-1]]), cols,
+                            np.concatenate([np.arange(starts[c], starts[c+1]) for c in cols]), starts[cols],
+                            [len(tables[c]) for c in cols]))
+                         for _,cols in table_groups(tables)]
+    return [(b, cols, o) for (b,cols),o in zip(table_groups(tables), _offsets[key])]
+
 def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
                 tables:list, # Embedding weights, (cardinality, width) each: packed by `table_groups`
                 dense:list=(), # (bs, width) tensors placed after the embeddings
                 width:int|None=None, # Columns of the result, zeros after the data (default: no padding)
                 dtype:torch.dtype|None=None, # The block's dtype (default: the tables'), e.g. autocast's where a `Linear` casts it so
+                plan:list|None=None, # `table_plan(tables, idx.device)`, where the caller keeps it
                )->Tensor:
     "`embed_block`'s block from one lookup a width of table (`table_groups`), with row-sparse gradients for the tables"
     if not tables: raise ValueError("`table_block` needs at least one table")
-    width = block_width(tables, dense, width)
-    key = (idx.device, *(t.shape for t in tables))
-    if key not in _offsets:  # made once: a tensor copied to the GPU each batch would wait for it
-        starts = np.cumsum([0]+[t.shape[1] for t in tables])
-        _offsets[key] = [(torch.tensor(np.cumsum([0]+[len(tables[c]) for c in cols[:-1]]), device=idx.device),
-                          torch.tensor(cols, device=idx.device),
-                          torch.tensor(np.concatenate([np.arange(starts[c], starts[c+1]) for c in cols]), device=idx.device))
-                         for _,cols in table_groups(tables)]
-    groups = [(b, cols, o) for (b,cols),o in zip(table_groups(tables), _offsets[key])]
-    return _TableBlock.apply(idx, width, groups, len(tables), dtype, *tables, *dense)
+    return _TableBlock.apply(idx, block_width(tables, dense, width), plan or table_plan(tables, idx.device), len(tables), dtype,
+                             *tables, *dense)
+
 
 # %% ../nbs/04b_model.ipynb #09c94e2e
 class FastTabularModel(TabularModelMH):
@@ -222,11 +264,22 @@ class FastTabularModel(TabularModelMH):
         dense = [bag_embed(b, v, o) for b,(v,o) in zip(self.bags, x_mh)]
         if self.n_cont != 0: dense.append(x_cont if self.bn_cont is None else self.bn_cont(x_cont))
         if getattr(self, 'sparse', False) and len(self.embeds):
-            x = table_block(x_cat, [e.weight for e in self.embeds], dense, self.width, self._block_dtype(x_cat))
+            tabs = [e.weight for e in self.embeds]
+            x = table_block(x_cat, tabs, dense, self.width, self._block_dtype(x_cat), self._plan(tabs, x_cat.device))
         else: x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
         return self.layers(x)
+
+    def _plan(self, tables, device):
+        "`table_plan`, kept while the tables stay where they are (`Module.to` moves them, and `_apply` forgets it)"
+        if (c := self.__dict__.get('_table_plan')) is None or c[0] != (device, *(t.data_ptr() for t in tables)):
+            plan = table_plan(tables, device)  # packs the tables if they are not
+            c = self.__dict__['_table_plan'] = ((device, *(t.data_ptr() for t in tables)), plan)
+        return c[1]
+
+    def _apply(self, *args, **kwargs): self.__dict__.pop('_table_plan', None); return super()._apply(*args, **kwargs)
+    def __getstate__(self): return {k:v for k,v in super().__getstate__().items() if k != '_table_plan'}
 
     def _block_dtype(self, x_cat):
         """Autocast's dtype on a GPU when the block goes straight into a `Linear`, which would cast it to that dtype (no dropout in

@@ -16,8 +16,8 @@ from .comm import distributed, gather_rows
 from .model import storage_view, _consecutive
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'adagrad_rows', 'rowwise_adagrad_rows',
-           'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
+           'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #9f4c8f99
 try: import triton, triton.language as tl
@@ -210,8 +210,16 @@ def row_groups(ps:list)->list:
     return res
 
 def joined(ts:list)->Tensor:
-    "`torch.cat(ts)`, as a view without a copy where `ts` are contiguous and consecutive in one storage (`table_block`'s gradients)"
+    "`torch.cat(ts)`, as a view without a copy where `ts` are contiguous and consecutive in one storage"
     return storage_view(ts[0], (sum(len(t) for t in ts), *ts[0].shape[1:])) if _consecutive(ts) else torch.cat(ts)
+
+def table_grad(members:list)->tuple|None:
+    """(rows, values) of the row-sparse gradients of `members` (`row_groups`': (table, first row)) as `table_block` made them, one
+    tensor each for the width, when `members` are all of one width's tables and hold this backward's gradients; else None"""
+    j = getattr(members[0][0].grad, '_joint', None)
+    if j is None or members[0][1] != 0 or len(j[0]) != len(members): return None
+    if any(getattr(p.grad, '_joint', None) is not j or id(p) != t for (p,_),t in zip(members, j[0])): return None
+    return j[1],j[2]
 
 def adagrad_rows(w, g, st, lr, eps, step, **_):
     "`torch.optim.Adagrad` (no decay of the rate) on rows `w` with summed gradients `g`: state `sum`, a value a weight"
@@ -260,15 +268,24 @@ class SparseEmbedOpt(Optimizer):
     def step(self, closure=None):
         for pg,h in zip(self.param_lists, self.hypers):
             ps = [p for p in pg if p.grad is not None and p.grad.is_sparse]
-            if ps: self._rows_step(row_groups(ps), h)
+            if ps: self._rows_step(self._row_groups(ps), h)
             for p in ps: p.grad = None
         self.dense.step(closure)
+
+    def _row_groups(self, ps):
+        "`row_groups(ps)`, kept while the same parameters with sparse gradients are where they were (its bases hold their storage)"
+        key = tuple((id(p), p.data_ptr()) for p in ps)
+        if (c := self.__dict__.get('_rg')) is None or c[0] != key: c = self._rg = (key, row_groups(ps))
+        return c[1]
 
     def _touched(self, groups):
         "[(rows, summed gradients)] of each group (`row_groups`): the touched rows of all groups found at once, in one id space"
         starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
-        ids = [joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s) for (_,ms),s in zip(groups, starts)]
-        vals = [joined([p.grad._values() for p,_ in ms]).to(b.dtype) for b,ms in groups]  # `table_block`'s: one view, no copy
+        ids,vals = [],[]
+        for (b,ms),s in zip(groups, starts):
+            if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
+            else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
+            ids.append(i); vals.append(v.to(b.dtype))
         with allowed_sync():  # the step's host synchronisations: the rows' count, the groups' bounds (each rank's lookups, across ranks)
             if distributed(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, then +
             rows,inv = torch.unique(torch.cat(ids), return_inverse=True)

@@ -61,3 +61,13 @@ def test_bf16_fit_synchronises_once_a_step():
     finally: torch.cuda.set_sync_debug_mode('default')
     assert learn.recorder.values[-1][1] < v0 - 0.01
     assert learn.model.embeds[0].weight.grad is None  # no dense gradient was ever made for a table
+
+def test_a_code_out_of_its_table_stops_the_lookup_kernel():
+    "As `F.embedding` does on a GPU: a device assert (in a subprocess, since it ends the process's CUDA context)"
+    import subprocess, sys
+    script = ('import torch\nfrom fastai_gpu_tabular.model import FastTabularModel\n'
+              f'm = FastTabularModel({SZS}, 3, 2, [64], sparse=True).cuda()\n'
+              f'x = torch.stack([torch.randint(0, n, (4096,), device="cuda") for n, _ in {SZS}], 1)\n'
+              'x[7, 1] = 30\nm(x, torch.randn(4096, 3, device="cuda")).sum().item()\nprint("no error")')
+    r = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and 'no error' not in r.stdout and 'assert' in r.stderr.lower(), r.stdout[-2000:] + r.stderr[-3000:]

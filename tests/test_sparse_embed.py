@@ -7,7 +7,7 @@ import pytest, torch
 from fastai.tabular.all import Adam, set_seed, tabular_config
 from fastai.optimizer import average_grad, average_sqr_grad, adam_step
 from fastai_gpu_tabular.model import FastTabularModel, table_groups, table_block
-from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb, row_groups, joined
+from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb, row_groups, joined, table_grad
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.train import main, emb_sizes, model_memory
@@ -63,18 +63,37 @@ def test_joined_gradients_are_a_view_where_consecutive():
     assert v.data_ptr() == b.data_ptr() and torch.equal(v, b)
     w = joined([b[2:5], b[:2]])  # not in storage order: copied
     assert w.data_ptr() != b.data_ptr() and torch.equal(w, torch.cat([b[2:5], b[:2]]))
+
+def test_table_block_gives_a_widths_gradient_as_one_tensor():
+    "The tables of one width get one gradient tensor in the batch's order (no transposing copy); each table's is a view of it"
     set_seed(0); m = FastTabularModel([(20, 5), (7, 5), (30, 3)], 2, 2, [8], sparse=True)  # tables 0 and 1: one tensor
-    m(torch.stack([torch.randint(0, n, (16,)) for n in (20, 7, 30)], 1), torch.randn(16, 2)).sum().backward()
+    x, c = torch.stack([torch.randint(0, n, (16,)) for n in (20, 7, 30)], 1), torch.randn(16, 2)
+    m(x, c).sum().backward()
     g0, g1 = (e.weight.grad for e in m.embeds[:2])
-    v = joined([g0._values(), g1._values()])  # `table_block`'s values: no copy (the sparse tensors keep their indices' own)
-    assert v.data_ptr() == g0._values().data_ptr() and torch.equal(v, torch.cat([g0._values(), g1._values()]))
+    (_, ms), = [g for g in row_groups([e.weight for e in m.embeds]) if len(g[1]) == 2]
+    ids, vals = table_grad(ms)
+    assert ids.shape == (32,) and vals.shape == (32, 5)
+    assert g0._values().data_ptr() == vals.data_ptr() and g1._values().data_ptr() == vals.data_ptr() + 5*vals.element_size()
+    torch.testing.assert_close(torch.zeros(27, 5).index_add_(0, ids, vals), torch.cat([g0.to_dense(), g1.to_dense()]), rtol=0, atol=0)
+    assert table_grad(ms[:1]) is None  # not the whole width
+    m(x, c).sum().backward()  # accumulated gradients: each table's own, the opt's general path
+    assert table_grad(ms) is None and g0 is not m.embeds[0].weight.grad
 
 def test_moved_tables_are_packed_again():
+    "The model keeps its tables' plan (`table_plan`) between batches, and makes it again when they move, however they move"
+    import copy
     a, b = pair()
-    b.to(torch.float64).to(torch.float32)  # `Module.to` gives each parameter its own tensor
     x, c = batch()
-    assert torch.equal(a(x, c), b(x, c))
+    b(x, c); plan = b._table_plan
+    b(x, c); assert b._table_plan is plan  # kept
+    b.to(torch.float64).to(torch.float32)  # `Module.to` gives each parameter its own tensor
+    assert torch.equal(a(x, c), b(x, c)) and b._table_plan is not plan
     assert len({t.untyped_storage().data_ptr() for t in (e.weight for e in b.embeds)}) == 3
+    b.embeds[2].weight.data = b.embeds[2].weight.data.clone()  # moved without `Module.to`: the pointers tell
+    assert torch.equal(a(x, c), b(x, c)) and len({t.untyped_storage().data_ptr() for t in (e.weight for e in b.embeds)}) == 3
+    b2 = copy.deepcopy(b)  # a copy (or a pickle) does not carry the plan, whose tensors are the original's tables
+    assert '_table_plan' not in b2.__dict__ and torch.equal(a(x, c), b2(x, c))
+    assert {t.data_ptr() for t in (e.weight for e in b2.embeds)}.isdisjoint(t.data_ptr() for t in (e.weight for e in b.embeds))
 
 def dense(g):
     "A row-sparse gradient made dense by adding its rows in order (as `SparseEmbedOpt` sums them on a CPU)"
@@ -195,3 +214,13 @@ def test_model_memory_counts_no_dense_gradient_for_sparse_tables():
     assert dense['grads_bytes'] == w and dense['opt_state_bytes'] == 2*w
     assert lazy['grads_bytes'] == w - t and lazy['opt_state_bytes'] == 2*w
     assert rows['opt_state_bytes'] == 2*(w - t) + sum(len(e.weight)*4 for e in b.embeds)
+
+def test_sparse_step_follows_tables_moved_between_steps():
+    "`SparseEmbedOpt` keeps its row groups between steps; a table given another tensor is stepped there, not in the old one"
+    _, b = pair()
+    opt = SparseEmbedOpt(list(b.parameters()), lr=0.1, opt_func=partial(Adam, wd=0.), rule='adagrad')
+    x, c = batch()
+    b(x, c).sum().backward(); opt.step(); opt.zero_grad()
+    b.embeds[0].weight.data = b.embeds[0].weight.data.clone(); w0 = b.embeds[0].weight.detach().clone()
+    b(x, c).sum().backward(); opt.step()
+    assert not torch.equal(b.embeds[0].weight[x[:, 0]], w0[x[:, 0]]) and opt._rg[1][0][0].data_ptr() == b.embeds[0].weight.data_ptr()
