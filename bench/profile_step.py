@@ -7,7 +7,7 @@ import argparse, time
 from collections import defaultdict
 from functools import partial
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument('--width', type=int, default=16)
+p.add_argument('--width', type=int, default=16, help="one width for every table; 0: fastai's rule")
 p.add_argument('--opt', default='rowwise-adagrad', help="the tables' step: dense, adagrad, rowwise-adagrad, lazy-adam")
 p.add_argument('--rows', type=int, default=10_000_000)
 p.add_argument('--bs', type=int, default=65536)
@@ -27,7 +27,7 @@ to = TabularGPU(synth_criteo(a.rows, cap=500_000, gpu=True), procs=[Categorify, 
                 splits=RandomRowSplit(0.2, 42), y_block=CategoryBlock(), **CRITEO_SCHEMA)
 kw = dict(opt_func=ForeachLamb) if a.opt == 'dense' else dict(
     config=dict(sparse=True), opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule=a.opt))
-learn = tabular_learner(to.dataloaders(bs=a.bs, seed=0), layers=[512, 256], emb_szs={n: a.width for n in to.cat_names},
+learn = tabular_learner(to.dataloaders(bs=a.bs, seed=0), layers=[512, 256], emb_szs={n: a.width for n in to.cat_names} if a.width else None,
                         cbs=ExcludeEmbeddings(), **kw)
 learn.remove_cb(ProgressCallback); learn.to_bf16()
 EVENTS = ['before_batch', 'after_pred', 'after_loss', 'before_backward', 'after_backward', 'before_step', 'after_step', 'after_batch']

@@ -266,11 +266,14 @@ class SparseEmbedOpt(Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        for pg,h in zip(self.param_lists, self.hypers):
-            ps = [p for p in pg if p.grad is not None and p.grad.is_sparse]
+        sparse = [[p for p in pg if p.grad is not None and p.grad.is_sparse] for pg in self.param_lists]
+        grads = {p: p.grad for ps in sparse for p in ps}
+        for p in grads: p.grad = None
+        self.dense.step(closure)  # first: its launches overlap the backward's kernels, which the tables' step then waits for
+        for ps,h in zip(sparse, self.hypers):
+            for p in ps: p.grad = grads[p]
             if ps: self._rows_step(self._row_groups(ps), h)
             for p in ps: p.grad = None
-        self.dense.step(closure)
 
     def _row_groups(self, ps):
         "`row_groups(ps)`, kept while the same parameters with sparse gradients are where they were (its bases hold their storage)"
