@@ -239,6 +239,72 @@ def lazy_adam_rows(w, g, st, lr, eps, step, mom, sqr_mom, **_):
 SPARSE_RULES = {'adagrad': (adagrad_rows, {'sum': ()}), 'rowwise-adagrad': (rowwise_adagrad_rows, {'row_sum': None}),
                 'lazy-adam': (lazy_adam_rows, {'grad_avg': (), 'sqr_avg': ()})}
 
+# %% ../nbs/06_optimizer.ipynb #f3c1d9a2
+_RULE_IDS = {'adagrad': 0, 'rowwise-adagrad': 1, 'lazy-adam': 2}
+
+if triton is not None:
+    @triton.jit
+    def _rows_kernel(ROWS, META, FL, lr, keep, eps, mom, sqr_mom, RULE:tl.constexpr, BR:tl.constexpr, CB:tl.constexpr):
+        """`BR` touched rows of one width's tables (program axis 1, its pointers and sizes in `META`) stepped by a rule:
+        `SPARSE_RULES`' torch ops, with `keep` = 1 - lr·wd their decoupled decay, in one kernel for every width"""
+        m = META + tl.program_id(1)*8
+        u0,n,s0,d = tl.load(m),tl.load(m + 1),tl.load(m + 2),tl.load(m + 3)
+        w_,g_ = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
+        s1,s2 = tl.load(m + 6).to(tl.pointer_type(tl.float32)),tl.load(m + 7).to(tl.pointer_type(tl.float32))
+        i = tl.program_id(0).to(tl.int64)*BR + tl.arange(0, BR)
+        rm = i < n
+        row = tl.load(ROWS + u0 + i, mask=rm, other=0) - s0  # the row in its width's tensor
+        c = tl.arange(0, CB)
+        if RULE == 2: a1,db2 = tl.load(FL + 2*tl.program_id(1)),tl.load(FL + 2*tl.program_id(1) + 1)  # the width's debiasing
+        if RULE == 1:  # row-wise: the mean of the row's squared gradient first
+            acc = tl.zeros([BR], tl.float32)
+            for c0 in range(0, d, CB):
+                g = tl.load(g_ + i[:, None]*d + c0 + c[None, :], mask=rm[:, None] & (c0 + c < d)[None, :], other=0.)
+                acc += tl.sum(g*g, axis=1)
+            s = tl.load(s1 + row, mask=rm, other=0.) + acc/d.to(tl.float32)
+            tl.store(s1 + row, s, mask=rm)
+            den = tl.sqrt_rn(s) + eps
+        for c0 in range(0, d, CB):
+            cm = rm[:, None] & (c0 + c < d)[None, :]
+            off = row[:, None]*d + c0 + c[None, :]
+            g = tl.load(g_ + i[:, None]*d + c0 + c[None, :], mask=cm, other=0.)
+            w = tl.load(w_ + off, mask=cm, other=0.)*keep
+            if RULE == 0:
+                s = tl.load(s1 + off, mask=cm, other=0.) + g*g
+                tl.store(s1 + off, s, mask=cm)
+                w = w + (-lr)*tl.div_rn(g, tl.sqrt_rn(s) + eps)
+            elif RULE == 1: w = w + (-lr)*tl.div_rn(g, den[:, None])
+            else:
+                mo = tl.load(s1 + off, mask=cm, other=0.)*mom + (1 - mom)*g
+                v = tl.load(s2 + off, mask=cm, other=0.)*sqr_mom + (1 - sqr_mom)*(g*g)
+                tl.store(s1 + off, mo, mask=cm); tl.store(s2 + off, v, mask=cm)
+                w = w + (-a1)*tl.div_rn(mo, tl.sqrt_rn(tl.div_rn(v, db2)) + eps)
+            tl.store(w_ + off, w, mask=cm)
+
+def _sent(xs:list, dtype, device)->Tensor:
+    "`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done)"
+    t = torch.tensor(xs, dtype=dtype)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == 'cuda' else t.to(device)
+
+def _rows_fused(rule:str, rows:Tensor, parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float, **_):
+    """Every width's step in one Triton kernel: `parts` are (first touched row in `rows`, count, first id, weights, summed
+    gradients, state tensors, step) of each width, `rows` the touched rows in one id space"""
+    meta,fl = [],[]
+    for u0,n,s0,w,g,sts,step in parts:
+        ptrs = [t.data_ptr() for t in sts] + [0]*(2-len(sts))
+        meta += [u0, n, s0, w.shape[1], w.data_ptr(), g.data_ptr(), *ptrs]
+        fl += [lr/debias(mom, 1-mom, step), debias(sqr_mom, 1-sqr_mom, step)]
+    cb = min(64, triton.next_power_of_2(max(p[3].shape[1] for p in parts)))  # columns a pass; a tile of 4,096 values
+    meta,fl = _sent(meta, torch.int64, rows.device),_sent(fl, torch.float32, rows.device)
+    _rows_kernel[(triton.cdiv(max(p[1] for p in parts), 4096//cb), len(parts))](rows, meta, fl, lr, 1 - lr*wd, eps, mom, sqr_mom,
+                                                                               RULE=_RULE_IDS[rule], BR=4096//cb, CB=cb)
+
+def _fusable(rows:Tensor, parts:list)->bool:
+    "Whether `_rows_fused` can step `parts`: Triton, and float32 contiguous weights, gradients and state on the GPU"
+    ts = [t for p in parts for t in (p[3], p[4], *p[5])]
+    return triton is not None and rows.is_cuda and all(t.dtype == torch.float32 and t.is_contiguous() and t.is_cuda for t in ts)
+
+
 # %% ../nbs/06_optimizer.ipynb #b8c3f5a7
 class SparseEmbedOpt(Optimizer):
     "`opt_func` for dense gradients; tables with row-sparse ones (`FastTabularModel(sparse=True)`) by `rule`, on the rows touched"
@@ -282,7 +348,8 @@ class SparseEmbedOpt(Optimizer):
         return c[1]
 
     def _touched(self, groups):
-        "[(rows, summed gradients)] of each group (`row_groups`): the touched rows of all groups found at once, in one id space"
+        """(rows, bounds, starts, summed gradients): the touched rows of all `groups` (`row_groups`) in one id space (group `k`'s
+        from `starts[k]`), sorted, group `k`'s at `rows[bounds[k]:bounds[k+1]]`, and each group's gradients summed by row"""
         starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
         ids,vals = [],[]
         for (b,ms),s in zip(groups, starts):
@@ -293,11 +360,10 @@ class SparseEmbedOpt(Optimizer):
             if distributed(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, then +
             rows,inv = torch.unique(torch.cat(ids), return_inverse=True)
             bounds = [0, len(rows)] if len(groups) == 1 else torch.searchsorted(rows, rows.new_tensor(starts)).tolist()
-        res,e = [],0
-        for (b,_),v,s,r0,r1 in zip(groups, vals, starts, bounds, bounds[1:]):
-            g = torch.ops.aten.embedding_dense_backward(v, inv[e:e+len(v)] - r0, r1 - r0, -1, False)  # in order on a CPU; sorted on a GPU
-            res.append((rows[r0:r1] - s, g)); e += len(v)
-        return res
+        gs,e = [],0
+        for v,r0,r1 in zip(vals, bounds, bounds[1:]):  # in order on a CPU; sorted on a GPU
+            gs.append(torch.ops.aten.embedding_dense_backward(v, inv[e:e+len(v)] - r0, r1 - r0, -1, False)); e += len(v)
+        return rows,bounds,starts,gs
 
     def _offsets(self, members, start):
         "Each entry's row offset in its group's id space: made once per shape of step (a tensor sent to the GPU each step would wait)"
@@ -310,19 +376,26 @@ class SparseEmbedOpt(Optimizer):
         return cache[key]
 
     def _rows_step(self, groups, h):
-        "One step of the tables in `groups` (`row_groups`): the rows a batch touched and their state, by `rule`"
+        "One step of the tables in `groups` (`row_groups`): the rows a batch touched and their state, by `rule` (one kernel on a GPU)"
         fn,names = SPARSE_RULES[self.rule]
         lr,wd = h['lr']*self.lr_mult,h.get('wd', 0.)
-        for (base,members),(rows,g) in zip(groups, self._touched(groups)):
-            bufs = {k: self._state_buf(base, members, k, s) for k,s in names.items()}
+        kw = dict(eps=h['eps'], mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
+        rows,bounds,starts,gs = self._touched(groups)
+        parts = []
+        for (base,members),g,r0,r1,s in zip(groups, gs, bounds, bounds[1:], starts):
+            bufs = {k: self._state_buf(base, members, k, sh) for k,sh in names.items()}
             step = self.state[members[0][0]].get('step', 0) + 1
             for p,_ in members: self.state[p]['step'] = step
-            w = base[rows]
+            parts.append((r0, r1-r0, s, base, g, list(bufs.values()), step))
+        if _fusable(rows, parts): return _rows_fused(self.rule, rows, parts, lr, wd, **kw)
+        for r0,n,s,base,g,sts,step in parts:
+            r = rows[r0:r0+n] - s
+            w = base[r]
             if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only
-            st = {k: b[rows] for k,b in bufs.items()}
-            w = fn(w, g, st, lr=lr, eps=h['eps'], step=step, mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
-            for k,b in bufs.items(): b.index_copy_(0, rows, st[k])
-            base.index_copy_(0, rows, w)
+            st = {k: b[r] for k,b in zip(names, sts)}
+            w = fn(w, g, st, lr=lr, step=step, **kw)
+            for k,b in zip(names, sts): b.index_copy_(0, r, st[k])
+            base.index_copy_(0, r, w)
 
     def _state_buf(self, base, members, name, row):
         "State `name` of the tables in `base`: one tensor (rows: () as the weights, None one value), each table's state its rows"

@@ -71,3 +71,25 @@ def test_a_code_out_of_its_table_stops_the_lookup_kernel():
               'x[7, 1] = 30\nm(x, torch.randn(4096, 3, device="cuda")).sum().item()\nprint("no error")')
     r = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and 'no error' not in r.stdout and 'assert' in r.stderr.lower(), r.stdout[-2000:] + r.stderr[-3000:]
+
+@pytest.mark.parametrize('rule', ['adagrad', 'rowwise-adagrad', 'lazy-adam'])
+def test_every_widths_step_in_one_kernel_equals_the_rules_torch_ops(rule, monkeypatch):
+    "The compiled `_rows_fused` against `SPARSE_RULES`' torch ops: widths 8, 16 and 72, weight decay, three steps"
+    import fastai_gpu_tabular.optimizer as O
+    szs = SZS + [(3000, 72)]
+    def run(fused):
+        with torch.device('cuda'): set_seed(0); m = FastTabularModel(szs, 3, 2, [64], sparse=True)
+        opt = SparseEmbedOpt(list(m.parameters()), lr=0.05, opt_func=partial(Adam, wd=0.1), rule=rule)
+        calls, fusable = [], O._fusable
+        monkeypatch.setattr(O, '_fusable', lambda rows, parts: calls.append(fusable(rows, parts)) or (fused and calls[-1]))
+        g = torch.Generator(device='cuda').manual_seed(1)
+        for _ in range(3):
+            x = torch.stack([torch.randint(0, n, (4096,), device='cuda', generator=g) for n, _ in szs], 1)
+            m(x, torch.randn(4096, 3, device='cuda', generator=g)).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+        assert calls == [True]*3
+        return [e.weight for e in m.embeds], [opt.state[e.weight] for e in m.embeds]
+    (wa, sa), (wb, sb) = run(True), run(False)
+    for a, b in zip(wa, wb): torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6, msg=rule)
+    for a, b in zip(sa, sb):
+        for k in a:
+            if torch.is_tensor(a[k]): torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-9, msg=f'{rule} {k}')

@@ -1,0 +1,69 @@
+"""The packed tables' Triton kernels (what a GPU runs), on the CPU by Triton's interpreter in subprocesses. `table_block`'s
+lookup (`_gather_into`): the block equals the lookups', tables spread over the block and codes of any integer type and
+strides; a code out of its table raises. `SparseEmbedOpt`'s step of every width in one kernel (`_rows_fused`): each rule
+equals its torch ops over widths 2 to 70, with weight decay. The GPU suite checks the compiled kernels (in bfloat16 too:
+the interpreter truncates where the GPU rounds)."""
+import os, subprocess, sys, pytest
+
+pytest.importorskip('triton')
+
+SCRIPT = r'''
+import torch, numpy as np
+from fastai_gpu_tabular.model import _gather_into, table_groups, table_block, _offsets
+torch.manual_seed(0)
+tabs = [torch.randn(n, d) for n,d in [(20,5),(7,3),(30,5),(4,2),(9,3),(11,5)]]  # width 5: columns 0, 2, 5 of the block
+bs, w = 37, 40
+idx = torch.stack([torch.randint(0, len(t), (bs,)) for t in tabs], 1)
+ref = table_block(idx, tabs, width=w)  # the CPU's lookups (and the offsets the kernel reads)
+groups = list(zip(table_groups(tabs), _offsets[(idx.device, *(t.shape for t in tabs))]))
+n = sum(t.shape[1] for t in tabs)
+for codes in (idx, idx.to(torch.int32), idx.to(torch.int16).t().contiguous().t()):  # the loader's narrow codes, column-major
+    x = torch.full((bs, w), 7.)
+    for (base, cols), offs in groups: _gather_into(x, codes, base, offs)
+    assert torch.equal(x[:, :n], ref[:, :n]) and (x[:, n:] == 7).all()
+bad = idx.clone(); bad[3, 2] = 30  # table 2 has 30 rows
+try:
+    for (base, cols), offs in groups: _gather_into(torch.zeros(bs, w), bad, base, offs)
+    raise AssertionError('no error')
+except RuntimeError as e: assert 'out of its embedding table' in str(e), e
+print('ok')
+'''
+
+def test_lookup_kernel_writes_the_lookups_into_the_block_in_interpreter():
+    env = {**os.environ, 'TRITON_INTERPRET': '1'}
+    r = subprocess.run([sys.executable, '-c', SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+STEP = r"""
+from functools import partial
+import torch
+from fastai.tabular.all import Adam, set_seed
+import fastai_gpu_tabular.optimizer as O
+from fastai_gpu_tabular.model import FastTabularModel
+SZS = [(20, 5), (7, 3), (30, 5), (4, 2), (90, 70), (9, 3)]
+def run(rule, fused):
+    set_seed(0); m = FastTabularModel(SZS, 2, 2, [8], sparse=True)
+    opt = O.SparseEmbedOpt(list(m.parameters()), lr=0.05, opt_func=partial(Adam, wd=0.1), rule=rule)
+    calls = []
+    O._fusable = lambda rows, parts: calls.append(len(parts)) or fused  # CPU tensors: the interpreter runs the kernel
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.stack([torch.randint(0, n, (64,), generator=g) for n, _ in SZS], 1)
+        m(x, torch.randn(64, 2, generator=g)).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+    assert calls == [4]*3, calls  # four widths, one kernel a step
+    return [e.weight for e in m.embeds], [{k: v for k, v in opt.state[e.weight].items() if torch.is_tensor(v)} for e in m.embeds]
+for rule in ('adagrad', 'rowwise-adagrad', 'lazy-adam'):
+    (wa, sa), (wb, sb) = run(rule, True), run(rule, False)
+    # the kernel's sums round (no fused multiply-add, another order) apart from torch's by an ulp, which Adagrad's g/√s can
+    # make 1e-6 where s is small; weight decay alone moves these rows by ~7e-4, a row mixed up by ~0.1
+    for a, b in zip(wa, wb): torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6, msg=rule)
+    for a, b in zip(sa, sb):
+        assert a.keys() == b.keys() and len(a) == (2 if rule == 'lazy-adam' else 1), (rule, a.keys())
+        for k in a: torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-9, msg=f'{rule} {k}')
+print('ok')
+"""
+
+def test_every_widths_step_in_one_kernel_equals_the_rules_torch_ops_in_interpreter():
+    env = {**os.environ, 'TRITON_INTERPRET': '1'}
+    r = subprocess.run([sys.executable, '-c', STEP], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
