@@ -144,7 +144,7 @@ def _lookup(base:Tensor, ids:Tensor)->Tensor:
     return base.view(-1).take(ids.unsqueeze(-1)*d + torch.arange(d, device=base.device)).view(*ids.shape, d)
 
 try: import triton, triton.language as tl
-except ImportError: triton = None
+except ImportError: triton = tl = None
 
 if triton is not None:
     @triton.jit
@@ -162,16 +162,22 @@ if triton is not None:
         v = v.to(X.dtype.element_ty, fp_downcast_rounding='rtne')  # torch's rounding (Triton's interpreter truncates)
         tl.store(X + r[:, None]*W + tl.load(DST + j) + c[None, :], v, mask=rm[:, None] & (c < D)[None, :])
 
-def _gather_into(x:Tensor, idx:Tensor, base:Tensor, offs:tuple):
-    """`x[:, cols] = F.embedding(idx[:, tables] + row offsets, base)` in one pass on a GPU (Triton): no looked-up rows in between
-    (2.56M rows of 128 float32 values: 1.3 GB written and read again), cast to `x`'s dtype as they are written"""
+def _gather_into(x:Tensor, idx:Tensor, groups:list):
+    """`x[:, cols] = F.embedding(idx[:, tables] + row offsets, base)` for each width's `(base, offsets)` in `groups`, one pass a width
+    on a GPU (Triton): no looked-up rows in between (2.56M rows of 128 float32 values: 1.3 GB written and read again), cast to
+    `x`'s dtype as they are written; a code out of its table asserts on the device, once for all widths"""
     if not len(idx): return
-    d,k,bd = base.shape[1],len(offs[1]),triton.next_power_of_2(base.shape[1])
-    br = max(1, 8192//bd)
     bad = idx.new_zeros(1, dtype=torch.int32)
-    _gather_kernel[(triton.cdiv(len(idx), br), k)](idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3], base, x,
-                                                   x.stride(0), len(idx), bad, D=d, BR=br, BD=bd)
+    for base,offs in groups:
+        d,k,bd = base.shape[1],len(offs[1]),triton.next_power_of_2(base.shape[1])
+        br = max(1, 8192//bd)
+        _gather_kernel[(triton.cdiv(len(idx), br), k)](idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3], base,
+                                                       x, x.stride(0), len(idx), bad, D=d, BR=br, BD=bd)
     torch._assert_async(bad[0] == 0, "a categorical code is out of its embedding table's rows")
+
+def _codes(idx:Tensor, cols:np.ndarray, offs:tuple)->Tensor:
+    "The codes of one width's tables, columns `cols` of `idx` (`offs[1]` on the device): a slice where they are consecutive"
+    return idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0] == len(cols)-1 else idx[:, offs[1]]
 
 _offsets = {}  # (device, table shapes): each width's row offsets, columns, block columns, first block columns and rows, on the device
 
@@ -181,16 +187,16 @@ class _TableBlock(torch.autograd.Function):
         tabs,dense = ts[:n_tab],ts[n_tab:]
         starts = np.cumsum([0]+[t.shape[1] for t in tabs])
         x,bs,runs = tabs[0].new_empty(len(idx), width, dtype=dtype or tabs[0].dtype),len(idx),[]
+        gpu = triton is not None and x.is_cuda
+        if gpu: _gather_into(x, idx, [(base, offs) for base,_,offs in groups])
         for base,cols,offs in groups:
             d,k = base.shape[1],len(cols)
             run = (starts[cols] == starts[cols[0]] + d*np.arange(k)).all()  # a run of the block's columns, or spread over it
-            sl = cols[-1]-cols[0] == k-1  # the tables' codes: a slice of `idx`'s columns
-            if triton is not None and x.is_cuda: _gather_into(x, idx, base, offs)
-            else:
-                e = _lookup(base, (idx[:, cols[0]:cols[-1]+1] if sl else idx[:, offs[1]]) + offs[0])  # one lookup for this width
+            if not gpu:
+                e = _lookup(base, _codes(idx, cols, offs) + offs[0])  # one lookup for this width
                 if run: x[:, starts[cols[0]]:starts[cols[0]]+k*d] = e.view(bs, k*d)
                 else: x.index_copy_(1, offs[2], e.view(bs, k*d).to(x.dtype))
-            runs.append((cols, starts[cols[0]] if run else offs[2], d, offs, sl))
+            runs.append((cols, starts[cols[0]] if run else offs[2], d, offs))
         a = starts[-1]
         for dn in dense: x[:, a:a+dn.shape[1]].copy_(dn); a += dn.shape[1]
         x[:, a:].zero_()
@@ -202,11 +208,11 @@ class _TableBlock(torch.autograd.Function):
     def backward(ctx, g):
         idx, = ctx.saved_tensors
         bs = len(idx)
-        for cols,a,d,offs,sl in ctx.runs:  # a width's gradients row by row of the batch, in the tables' dtype: one copy, no transpose
+        for cols,a,d,offs in ctx.runs:  # a width's gradients row by row of the batch, in the tables' dtype: one copy, no transpose
             if not any(ctx.needs_input_grad[5+i] for i in cols): continue
             ga = g[:, a:a+len(cols)*d] if isinstance(a, (int, np.integer)) else g.index_select(1, a)
             vals = ga.to(ctx.tabs[0].dtype).contiguous().view(bs*len(cols), d)
-            codes = (idx[:, cols[0]:cols[-1]+1] if sl else idx[:, offs[1]]).long()
+            codes = _codes(idx, cols, offs).long()
             ids = (codes + offs[0]).view(-1)  # the lookups' rows of the width's tensor, in the order of `vals`
             joint = (tuple(id(ctx.tabs[i]) for i in cols), ids, vals)  # for `SparseEmbedOpt`: the width's gradient as one tensor
             for i,ci,vi in zip(cols, codes.t().unsqueeze(1).unbind(0), vals.view(bs, len(cols), d).unbind(1)):  # each table's: views

@@ -13,15 +13,11 @@ from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
 from .comm import distributed, gather_rows
-from .model import storage_view, _consecutive
+from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
            'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
-
-# %% ../nbs/06_optimizer.ipynb #9f4c8f99
-try: import triton, triton.language as tl
-except ImportError: triton = None
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -239,18 +235,108 @@ def lazy_adam_rows(w, g, st, lr, eps, step, mom, sqr_mom, **_):
 SPARSE_RULES = {'adagrad': (adagrad_rows, {'sum': ()}), 'rowwise-adagrad': (rowwise_adagrad_rows, {'row_sum': None}),
                 'lazy-adam': (lazy_adam_rows, {'grad_avg': (), 'sqr_avg': ()})}
 
+# %% ../nbs/06_optimizer.ipynb #c7d2a9b4
+if triton is not None:
+    @triton.jit
+    def _seg_add(a, fa, b, fb):
+        "A segmented sum's step: `b` starts a row (`fb`) or adds to the row before"
+        return tl.where(fb != 0, b, a + b),fa | fb
+
+    @triton.jit
+    def _sums_kernel(PERM, SEG, META, C:tl.constexpr, CB:tl.constexpr):
+        """`C` sorted lookups of one width (program axis 1: its first sorted place, lookups, width, gradients, sums and partial
+        sums in `META`) summed by touched row (`SEG`): a row whose lookups all fall in the chunk is written out; the chunk's
+        first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots"""
+        m = META + tl.program_id(1)*6
+        e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
+        v_,g_ = tl.load(m + 3).to(tl.pointer_type(tl.float32)),tl.load(m + 4).to(tl.pointer_type(tl.float32))
+        pt = tl.load(m + 5).to(tl.pointer_type(tl.float32))
+        j = tl.program_id(0).to(tl.int64)
+        if j*C >= n: return
+        k = tl.arange(0, C)
+        i = j*C + k
+        im = i < n
+        s = tl.load(SEG + e0 + i, mask=im, other=-1)
+        new = s != tl.load(SEG + e0 + i - 1, mask=im & (i > 0), other=-1)  # a row's first lookup
+        ends = im & (s != tl.load(SEG + e0 + i + 1, mask=i + 1 < n, other=-1))  # a row's last lookup
+        last = ends | (im & (k == C - 1))  # a row's last place in the chunk
+        first = ((tl.cumsum((new & (k > 0)).to(tl.int32), 0) == 0) & (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) == \
+                 tl.load(SEG + e0 + j*C))) != 0  # the chunk's first row, begun in the chunk before (`!= 0`: the interpreter's bool)
+        r0,src = tl.load(SEG + e0),tl.load(PERM + e0 + i, mask=im, other=e0) - e0
+        f = (new | (k == 0)).to(tl.int32)
+        for c0 in range(0, d, CB):
+            c = c0 + tl.arange(0, CB)
+            cm = (c < d)[None, :]
+            v = tl.load(v_ + src[:, None]*d + c[None, :], mask=im[:, None] & cm, other=0.)
+            acc,_ = tl.associative_scan((v, f[:, None] + tl.zeros([C, CB], tl.int32)), 0, _seg_add)
+            tl.store(g_ + (s - r0)[:, None]*d + c[None, :], acc, mask=(ends & (first == 0))[:, None] & cm)
+            tl.store(pt + 2*j*d + c[None, :] + 0*k[:, None], acc, mask=(last & first)[:, None] & cm)
+            tl.store(pt + (2*j + 1)*d + c[None, :] + 0*k[:, None], acc, mask=(last & (ends == 0))[:, None] & cm)
+
+    @triton.jit
+    def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr):
+        "Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums, in order"
+        m = META + tl.program_id(1)*6
+        e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
+        g_,pt = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
+        j = tl.program_id(0).to(tl.int64)
+        if j*C >= n: return
+        pe = tl.minimum(j*C + C, n) - 1  # the chunk's last place
+        s = tl.load(SEG + e0 + pe)
+        go = (tl.load(SEG + e0 + pe + 1, mask=pe + 1 < n, other=-1) == s)  # the row goes on in the next chunk
+        go = go & ((tl.load(SEG + e0 + j*C) != s) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s))  # and began here
+        if go:
+            c = tl.arange(0, BD)
+            acc = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.)
+            q = j + 1
+            while go:
+                acc += tl.load(pt + 2*q*d + c, mask=c < d, other=0.)
+                pq = q*C + C - 1
+                go = (pq + 1 < n) & (tl.load(SEG + e0 + pq + 1, mask=pq + 1 < n, other=-1) == s)
+                q += 1
+            tl.store(g_ + (s - tl.load(SEG + e0))*d + c, acc, mask=c < d)
+
+def _sent(xs:list, dtype, device)->Tensor:
+    "`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done)"
+    t = torch.tensor(xs, dtype=dtype)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == 'cuda' else t.to(device)
+
+def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
+    """Each width's gradients `vals` summed by touched row, from the lookups of every width sorted once (`seg`: each sorted
+    lookup's row, `perm`: its place; width `k`'s at `e[k]:e[k+1]`), in two Triton kernels for all widths: no second sort, no
+    host sync, no atomics (the same sums every run). Width `k`'s sums: `most[k]` rows, its first rows touched the ones written"""
+    C,ds = 64,[v.shape[1] for v in vals]
+    nc = [-(-len(v)//C) for v in vals]
+    gs = torch.empty(sum(m*d for m,d in zip(most, ds)), device=seg.device).split([m*d for m,d in zip(most, ds)])
+    pt = torch.empty(sum(2*c*d for c,d in zip(nc, ds)), device=seg.device).split([2*c*d for c,d in zip(nc, ds)])
+    meta = _sent([x for k,v in enumerate(vals) for x in (e[k], len(v), ds[k], v.data_ptr(), gs[k].data_ptr(), pt[k].data_ptr())],
+                 torch.int64, seg.device)
+    grid = (max(nc), len(vals))
+    _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))))
+    _carry_kernel[grid](seg, meta, C=C, BD=triton.next_power_of_2(max(ds)))
+    return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
+
+def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
+    "`_sums_fused` in torch ops: `embedding_dense_backward` a width (which sorts its lookups again)"
+    inv,b = torch.empty_like(seg).scatter_(0, perm, seg),seg[e[:-1]]
+    return [torch.ops.aten.embedding_dense_backward(v, inv[e0:e1] - r0, m, -1, False) for v,e0,e1,r0,m in zip(vals, e, e[1:], b, most)]
+
+
 # %% ../nbs/06_optimizer.ipynb #f3c1d9a2
 _RULE_IDS = {'adagrad': 0, 'rowwise-adagrad': 1, 'lazy-adam': 2}
 
 if triton is not None:
     @triton.jit
-    def _rows_kernel(ROWS, META, FL, lr, keep, eps, mom, sqr_mom, RULE:tl.constexpr, BR:tl.constexpr, CB:tl.constexpr):
-        """`BR` touched rows of one width's tables (program axis 1, its pointers and sizes in `META`) stepped by a rule:
-        `SPARSE_RULES`' torch ops, with `keep` = 1 - lr·wd their decoupled decay, in one kernel for every width"""
-        m = META + tl.program_id(1)*8
-        u0,n,s0,d = tl.load(m),tl.load(m + 1),tl.load(m + 2),tl.load(m + 3)
-        w_,g_ = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
-        s1,s2 = tl.load(m + 6).to(tl.pointer_type(tl.float32)),tl.load(m + 7).to(tl.pointer_type(tl.float32))
+    def _rows_kernel(ROWS, UN, META, FL, lr, keep, eps, mom, sqr_mom, RULE:tl.constexpr, BR:tl.constexpr, CB:tl.constexpr):
+        """`BR` touched rows of one width's tables (program axis 1: its first row in `ROWS` and count in `UN`, its pointers and
+        sizes in `META`) stepped by a rule: `SPARSE_RULES`' torch ops, with `keep` = 1 - lr·wd their decoupled decay, in one
+        kernel for every width; programs past the width's count return at once"""
+        m = META + tl.program_id(1)*6
+        u0,n = tl.load(UN + 2*tl.program_id(1)),tl.load(UN + 2*tl.program_id(1) + 1)
+        if tl.program_id(0)*BR >= n: return
+        s0,d = tl.load(m),tl.load(m + 1)
+        w_,g_ = tl.load(m + 2).to(tl.pointer_type(tl.float32)),tl.load(m + 3).to(tl.pointer_type(tl.float32))
+        s1,s2 = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
         i = tl.program_id(0).to(tl.int64)*BR + tl.arange(0, BR)
         rm = i < n
         row = tl.load(ROWS + u0 + i, mask=rm, other=0) - s0  # the row in its width's tensor
@@ -281,27 +367,24 @@ if triton is not None:
                 w = w + (-a1)*tl.div_rn(mo, tl.sqrt_rn(tl.div_rn(v, db2)) + eps)
             tl.store(w_ + off, w, mask=cm)
 
-def _sent(xs:list, dtype, device)->Tensor:
-    "`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done)"
-    t = torch.tensor(xs, dtype=dtype)
-    return t.pin_memory().to(device, non_blocking=True) if device.type == 'cuda' else t.to(device)
-
-def _rows_fused(rule:str, rows:Tensor, parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float, **_):
-    """Every width's step in one Triton kernel: `parts` are (first touched row in `rows`, count, first id, weights, summed
-    gradients, state tensors, step) of each width, `rows` the touched rows in one id space"""
+def _rows_fused(rule:str, rows:Tensor, un:Tensor, lookups:tuple, parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float,
+                **_):
+    """Every width's step in one Triton kernel, after its gradients summed by row (`_sums_fused` of `lookups`): `parts` are (most
+    rows, first id, weights, gradients, state tensors, step) of each width, `rows` the touched rows in one id space, `un` each
+    width's first row in `rows` and count (on the device: the grid covers the most rows a width may have touched)"""
     meta,fl = [],[]
-    for u0,n,s0,w,g,sts,step in parts:
+    for (_,s0,w,_,sts,step),g in zip(parts, _sums_fused(*lookups)):
         ptrs = [t.data_ptr() for t in sts] + [0]*(2-len(sts))
-        meta += [u0, n, s0, w.shape[1], w.data_ptr(), g.data_ptr(), *ptrs]
+        meta += [s0, w.shape[1], w.data_ptr(), g.data_ptr(), *ptrs]
         fl += [lr/debias(mom, 1-mom, step), debias(sqr_mom, 1-sqr_mom, step)]
-    cb = min(64, triton.next_power_of_2(max(p[3].shape[1] for p in parts)))  # columns a pass; a tile of 4,096 values
+    cb = min(64, triton.next_power_of_2(max(p[2].shape[1] for p in parts)))  # columns a pass; a tile of 4,096 values
     meta,fl = _sent(meta, torch.int64, rows.device),_sent(fl, torch.float32, rows.device)
-    _rows_kernel[(triton.cdiv(max(p[1] for p in parts), 4096//cb), len(parts))](rows, meta, fl, lr, 1 - lr*wd, eps, mom, sqr_mom,
-                                                                               RULE=_RULE_IDS[rule], BR=4096//cb, CB=cb)
+    _rows_kernel[(triton.cdiv(max(p[0] for p in parts), 4096//cb), len(parts))](rows, un, meta, fl, lr, 1 - lr*wd, eps, mom,
+                                                                               sqr_mom, RULE=_RULE_IDS[rule], BR=4096//cb, CB=cb)
 
 def _fusable(rows:Tensor, parts:list)->bool:
     "Whether `_rows_fused` can step `parts`: Triton, and float32 contiguous weights, gradients and state on the GPU"
-    ts = [t for p in parts for t in (p[3], p[4], *p[5])]
+    ts = [t for p in parts for t in (p[2], p[3], *p[4])]
     return triton is not None and rows.is_cuda and all(t.dtype == torch.float32 and t.is_contiguous() and t.is_cuda for t in ts)
 
 
@@ -348,22 +431,25 @@ class SparseEmbedOpt(Optimizer):
         return c[1]
 
     def _touched(self, groups):
-        """(rows, bounds, starts, summed gradients): the touched rows of all `groups` (`row_groups`) in one id space (group `k`'s
-        from `starts[k]`), sorted, group `k`'s at `rows[bounds[k]:bounds[k+1]]`, and each group's gradients summed by row"""
+        """(rows, un, starts, lookups): the touched rows of all `groups` (`row_groups`) in one id space (group `k`'s from `starts[k]`),
+        sorted, unique and padded to the lookups' count, group `k`'s at `rows[un[k,0]:un[k,0]+un[k,1]]`; `lookups` for the sums
+        by row (`_sums_fused`, `_sums_torch`). Shapes follow the most rows the lookups can touch (a table's rows or its lookups,
+        the fewer), not the rows touched, and `un` stays on the device: no host synchronisation (but across ranks)"""
         starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
         ids,vals = [],[]
         for (b,ms),s in zip(groups, starts):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
             else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
-            ids.append(i); vals.append(v.to(b.dtype))
-        with allowed_sync():  # the step's host synchronisations: the rows' count, the groups' bounds (each rank's lookups, across ranks)
-            if distributed(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, then +
-            rows,inv = torch.unique(torch.cat(ids), return_inverse=True)
-            bounds = [0, len(rows)] if len(groups) == 1 else torch.searchsorted(rows, rows.new_tensor(starts)).tolist()
-        gs,e = [],0
-        for v,r0,r1 in zip(vals, bounds, bounds[1:]):  # in order on a CPU; sorted on a GPU
-            gs.append(torch.ops.aten.embedding_dense_backward(v, inv[e:e+len(v)] - r0, r1 - r0, -1, False)); e += len(v)
-        return rows,bounds,starts,gs
+            ids.append(i); vals.append(v.to(b.dtype).contiguous())
+        if distributed():  # each rank's lookups, across ranks: their counts are read
+            with allowed_sync(): ids,vals = [gather_rows(i) for i in ids],[gather_rows(v.mul_(1/num_distrib())) for v in vals]  # ÷, +
+        ids = torch.cat(ids)
+        srt,perm = torch.sort(ids.int() if starts[-1] < 2**31 else ids)  # a 32-bit radix sort where the ids allow
+        seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])  # each sorted lookup's place among the rows
+        e = np.cumsum([0] + [len(v) for v in vals]).tolist()  # group `k`'s lookups, in `ids` and sorted alike (its ids: its range's)
+        b = seg[_sent(e[:-1] + [x-1 for x in e[1:]], torch.int64, seg.device)].view(2, -1)
+        most = [min(len(v), sum(min(len(p), len(v) if distributed() else p.grad._nnz()) for p,_ in ms)) for v,(_,ms) in zip(vals, groups)]
+        return torch.zeros_like(srt).scatter_(0, seg, srt),torch.stack([b[0], b[1] - b[0] + 1], 1),starts,(seg, perm, e, vals, most)
 
     def _offsets(self, members, start):
         "Each entry's row offset in its group's id space: made once per shape of step (a tensor sent to the GPU each step would wait)"
@@ -377,23 +463,26 @@ class SparseEmbedOpt(Optimizer):
 
     def _rows_step(self, groups, h):
         "One step of the tables in `groups` (`row_groups`): the rows a batch touched and their state, by `rule` (one kernel on a GPU)"
+        groups = [(b,ms) for b,ms in groups if any(p.grad._nnz() for p,_ in ms)]  # tables the batch looked up
+        if not groups: return
         fn,names = SPARSE_RULES[self.rule]
         lr,wd = h['lr']*self.lr_mult,h.get('wd', 0.)
         kw = dict(eps=h['eps'], mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
-        rows,bounds,starts,gs = self._touched(groups)
+        rows,un,starts,lookups = self._touched(groups)
         parts = []
-        for (base,members),g,r0,r1,s in zip(groups, gs, bounds, bounds[1:], starts):
+        for (base,members),v,m,s in zip(groups, lookups[3], lookups[4], starts):
             bufs = {k: self._state_buf(base, members, k, sh) for k,sh in names.items()}
             step = self.state[members[0][0]].get('step', 0) + 1
             for p,_ in members: self.state[p]['step'] = step
-            parts.append((r0, r1-r0, s, base, g, list(bufs.values()), step))
-        if _fusable(rows, parts): return _rows_fused(self.rule, rows, parts, lr, wd, **kw)
-        for r0,n,s,base,g,sts,step in parts:
-            r = rows[r0:r0+n] - s
+            parts.append((m, s, base, v, list(bufs.values()), step))
+        if _fusable(rows, parts): return _rows_fused(self.rule, rows, un, lookups, parts, lr, wd, **kw)
+        with allowed_sync(): un = un.tolist()  # the torch ops' slices (a GPU's only where the kernel cannot step these tables)
+        for (r0,n),(_,s,base,_,sts,step),g in zip(un, parts, _sums_torch(*lookups)):
+            r = (rows[r0:r0+n] - s).long()
             w = base[r]
             if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only
             st = {k: b[r] for k,b in zip(names, sts)}
-            w = fn(w, g, st, lr=lr, step=step, **kw)
+            w = fn(w, g[:n], st, lr=lr, step=step, **kw)
             for k,b in zip(names, sts): b.index_copy_(0, r, st[k])
             base.index_copy_(0, r, w)
 

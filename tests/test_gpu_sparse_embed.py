@@ -1,6 +1,6 @@
 """GPU suite for the packed tables and `SparseEmbedOpt` (`pytest -m gpu`): the packed model equals the per-table one on the
-device, each rule equals its dense reference on the touched rows (gradients summed the same way), and a bf16 fit synchronises
-with the host once a step (the touched rows' count), no more."""
+device, each rule equals its dense reference on the touched rows (gradients summed the same way), and a bf16 fit never
+synchronises with the host (the touched rows' count stays on the device)."""
 from functools import partial
 import pytest, torch
 from fastai.tabular.all import set_seed, Adam
@@ -50,7 +50,12 @@ def test_rule_leaves_untouched_rows_and_matches_the_dense_step_on_touched_ones(r
         torch.testing.assert_close(p[:50][ok], want[ok], rtol=1e-5, atol=2e-6, msg=n)
         assert ok.float().mean() > 0.5 and ((p[:50] - before[n][:50]).abs() <= 0.05 + 1e-6).all(), n
 
-def test_bf16_fit_synchronises_once_a_step():
+def test_bf16_fit_never_synchronises(monkeypatch):
+    "The touched rows' count stays on the device: the step enters no `allowed_sync` and `CheckNoSync` sees no host sync"
+    import contextlib, fastai_gpu_tabular.optimizer as O
+    @contextlib.contextmanager
+    def refused(): raise AssertionError('the sparse step synchronised with the host')
+    monkeypatch.setattr(O, 'allowed_sync', refused)
     set_seed(0)
     to = TabularGPU(synth_criteo(60_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
                     splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
@@ -92,4 +97,33 @@ def test_every_widths_step_in_one_kernel_equals_the_rules_torch_ops(rule, monkey
     for a, b in zip(wa, wb): torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6, msg=rule)
     for a, b in zip(sa, sb):
         for k in a:
-            if torch.is_tensor(a[k]): torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-9, msg=f'{rule} {k}')
+            # the kernels sum a row's gradients in another order than `embedding_dense_backward` (a scan over chunks of 64
+            # lookups): lazy Adam's first moments of rows whose ~1,000 terms nearly cancel differ by ~1e-9 (a 1e-5 of the largest)
+            if torch.is_tensor(a[k]):
+                torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-5*b[k].abs().max().item(), msg=f'{rule} {k}')
+
+def test_sums_by_row_in_two_kernels_equal_embedding_dense_backwards():
+    "`_sums_fused` compiled, on Criteo-like skew (a 3-id table: rows of ~20k lookups over hundreds of chunks), widths 16 and 600"
+    from fastai_gpu_tabular.optimizer import _sums_fused, _sums_torch
+    g = torch.Generator(device='cuda').manual_seed(0)
+    bs, cards = 65536, [(3, 16), (500_000, 16), (40, 16), (200_000, 600), (1000, 600)]
+    groups = [[0, 1, 2], [3, 4]]
+    start, ids, vals, most = 0, [], [], []
+    for grp in groups:
+        off = 0
+        cols = [torch.randint(0, cards[c][0], (bs,), device='cuda', generator=g) + off for c in grp]
+        for c in grp: off += cards[c][0]
+        ids.append(torch.stack(cols, 1).view(-1) + start); start += off
+        vals.append(torch.randn(len(ids[-1]), cards[grp[0]][1], device='cuda', generator=g))
+        most.append(sum(min(cards[c][0], bs) for c in grp))
+    srt, perm = torch.sort(torch.cat(ids).int())
+    seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
+    e = [0, len(ids[0]), len(ids[0]) + len(ids[1])]
+    torch.cuda.set_sync_debug_mode('error')
+    try: a = _sums_fused(seg, perm, e, vals, most)
+    finally: torch.cuda.set_sync_debug_mode('default')
+    ns = [len(torch.unique(i)) for i in ids]
+    for x, y, n in zip(a, _sums_torch(seg, perm, e, vals, most), ns):
+        torch.testing.assert_close(x[:n], y[:n], rtol=1e-4, atol=1e-3)  # sums of up to ~22k terms, in another order
+    b = _sums_fused(seg, perm, e, vals, most)
+    assert all(torch.equal(x[:n], y[:n]) for x, y, n in zip(a, b, ns))  # no atomics: the same sums every run (rows past n: unset)

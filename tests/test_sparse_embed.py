@@ -7,7 +7,7 @@ import pytest, torch
 from fastai.tabular.all import Adam, set_seed, tabular_config
 from fastai.optimizer import average_grad, average_sqr_grad, adam_step
 from fastai_gpu_tabular.model import FastTabularModel, table_groups, table_block
-from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb, row_groups, joined, table_grad
+from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb, row_groups, joined, table_grad, _sums_torch
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
 from fastai_gpu_tabular.train import main, emb_sizes, model_memory
@@ -224,3 +224,30 @@ def test_sparse_step_follows_tables_moved_between_steps():
     b.embeds[0].weight.data = b.embeds[0].weight.data.clone(); w0 = b.embeds[0].weight.detach().clone()
     b(x, c).sum().backward(); opt.step()
     assert not torch.equal(b.embeds[0].weight[x[:, 0]], w0[x[:, 0]]) and opt._rg[1][0][0].data_ptr() == b.embeds[0].weight.data_ptr()
+
+def test_touched_rows_are_each_widths_unique_lookups_padded_to_the_lookups():
+    "`_touched`'s shapes follow the most rows a width's lookups can touch (no host sync on a GPU): its rows and sums, then padding"
+    _, b = pair()
+    opt = SparseEmbedOpt(list(b.parameters()), lr=0.1, opt_func=partial(Adam, wd=0.), rule='adagrad')
+    x, c = batch(bs=40)
+    b(x, c).sum().backward()
+    groups = row_groups([e.weight for e in b.embeds])
+    rows, un, starts, lookups = opt._touched(groups)
+    assert len(rows) == 40*len(SZS) and un.shape == (len(groups), 2)
+    for (base, ms), (r0, n), s, g in zip(groups, un.tolist(), starts, _sums_torch(*lookups)):
+        ids = torch.cat([x[:, next(i for i, e in enumerate(b.embeds) if e.weight is p)] + a for p, a in ms])
+        assert torch.equal(rows[r0:r0+n] - s, torch.unique(ids)) and len(g) == sum(min(len(p), 40) for p, _ in ms)  # the most rows
+        dense = torch.cat([p.grad.to_dense() for p, _ in ms])
+        torch.testing.assert_close(g[:n], dense[torch.unique(ids)]); assert not g[n:].any()  # sums in another order
+
+def test_a_width_without_lookups_is_left_alone():
+    "A table whose gradient holds no rows (an empty row-sparse gradient) is not stepped; the others are"
+    _, b = pair()
+    opt = SparseEmbedOpt(list(b.parameters()), lr=0.1, opt_func=partial(Adam, wd=0.), rule='adagrad')
+    x, c = batch()
+    b(x, c).sum().backward()
+    w = [e.weight.detach().clone() for e in b.embeds]
+    b.embeds[3].weight.grad = torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, 2), (4, 2))
+    opt.step()
+    assert torch.equal(b.embeds[3].weight, w[3]) and 'sum' not in opt.state[b.embeds[3].weight]
+    assert all(not torch.equal(e.weight, v) for e, v in zip(b.embeds, w) if e is not b.embeds[3])

@@ -19,11 +19,11 @@ groups = list(zip(table_groups(tabs), _offsets[(idx.device, *(t.shape for t in t
 n = sum(t.shape[1] for t in tabs)
 for codes in (idx, idx.to(torch.int32), idx.to(torch.int16).t().contiguous().t()):  # the loader's narrow codes, column-major
     x = torch.full((bs, w), 7.)
-    for (base, cols), offs in groups: _gather_into(x, codes, base, offs)
+    _gather_into(x, codes, [(base, offs) for (base, cols), offs in groups])
     assert torch.equal(x[:, :n], ref[:, :n]) and (x[:, n:] == 7).all()
 bad = idx.clone(); bad[3, 2] = 30  # table 2 has 30 rows
 try:
-    for (base, cols), offs in groups: _gather_into(torch.zeros(bs, w), bad, base, offs)
+    _gather_into(torch.zeros(bs, w), bad, [(base, offs) for (base, cols), offs in groups])
     raise AssertionError('no error')
 except RuntimeError as e: assert 'out of its embedding table' in str(e), e
 print('ok')
@@ -66,4 +66,32 @@ print('ok')
 def test_every_widths_step_in_one_kernel_equals_the_rules_torch_ops_in_interpreter():
     env = {**os.environ, 'TRITON_INTERPRET': '1'}
     r = subprocess.run([sys.executable, '-c', STEP], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+SUMS = r"""
+import torch
+from fastai_gpu_tabular.optimizer import _sums_fused, _sums_torch
+torch.manual_seed(0)
+# three widths' lookups in one id space, sorted once: a hot row of 300 lookups spans five chunks of 64, rows begin and end
+# on chunk edges, a width of 70 columns takes two column tiles, a width of one lookup
+ids = [torch.cat([torch.zeros(300, dtype=torch.long), torch.randint(1, 40, (157,))]), 1000 + torch.randint(0, 5, (130,)),
+       torch.tensor([5000])]
+ids[1][:64] = 1000  # a row that fills the first chunk exactly
+vals = [torch.randn(len(i), d) for i, d in zip(ids, (3, 70, 2))]
+srt, perm = torch.sort(torch.cat(ids).int())
+seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
+e = [0, 457, 587, 588]
+most = [40, 5, 1]  # the ids each width can hold
+a, b = _sums_fused(seg, perm, e, vals, most), _sums_torch(seg, perm, e, vals, most)
+for x, y, i in zip(a, b, ids):
+    n = len(torch.unique(i))
+    torch.testing.assert_close(x[:n], y[:n], rtol=1e-5, atol=1e-5)
+    assert x.shape == y.shape
+print('ok')
+"""
+
+def test_sums_by_row_in_two_kernels_equal_embedding_dense_backwards_in_interpreter():
+    "`_sums_fused`: rows over many chunks of lookups, on chunk edges, wide and single, as `embedding_dense_backward` sums them"
+    env = {**os.environ, 'TRITON_INTERPRET': '1'}
+    r = subprocess.run([sys.executable, '-c', SUMS], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
