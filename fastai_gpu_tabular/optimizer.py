@@ -117,7 +117,7 @@ class ForeachLamb(Optimizer):
         self.decouple_wd,self.fused,self._tables = decouple_wd,fused,{}
 
     def zero_grad(self):
-        grads = [p.grad for p,*_ in self.all_params(with_grad=True)]
+        grads = [p.grad for pg in self.param_lists for p in pg if p.grad is not None]  # `all_params`' without its `L`s (host time)
         if grads: torch._foreach_zero_(grads)
 
     @torch.no_grad()
@@ -409,8 +409,7 @@ class SparseEmbedOpt(Optimizer):
     frozen_idx = property(lambda self: self.dense.frozen_idx, lambda self,v: setattr(self.dense, 'frozen_idx', v))
 
     def zero_grad(self):
-        for p,*_ in self.all_params(with_grad=True):
-            if p.grad.is_sparse: p.grad = None
+        for p in (p for pg in self.param_lists for p in pg if p.grad is not None and p.grad.is_sparse): p.grad = None
         self.dense.zero_grad()
 
     @torch.no_grad()
@@ -448,7 +447,8 @@ class SparseEmbedOpt(Optimizer):
         seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])  # each sorted lookup's place among the rows
         e = np.cumsum([0] + [len(v) for v in vals]).tolist()  # group `k`'s lookups, in `ids` and sorted alike (its ids: its range's)
         b = seg[_sent(e[:-1] + [x-1 for x in e[1:]], torch.int64, seg.device)].view(2, -1)
-        most = [min(len(v), sum(min(len(p), len(v) if distributed() else p.grad._nnz()) for p,_ in ms)) for v,(_,ms) in zip(vals, groups)]
+        dist = distributed()
+        most = [min(len(v), sum(min(len(p), len(v) if dist else p.grad._nnz()) for p,_ in ms)) for v,(_,ms) in zip(vals, groups)]
         return torch.zeros_like(srt).scatter_(0, seg, srt),torch.stack([b[0], b[1] - b[0] + 1], 1),starts,(seg, perm, e, vals, most)
 
     def _offsets(self, members, start):
@@ -487,13 +487,18 @@ class SparseEmbedOpt(Optimizer):
             base.index_copy_(0, r, w)
 
     def _state_buf(self, base, members, name, row):
-        "State `name` of the tables in `base`: one tensor (rows: () as the weights, None one value), each table's state its rows"
+        """State `name` of the tables in `base`: one tensor (rows: () as the weights, None one value), each table's state its rows;
+        kept while the tables' state tensors are the same ones"""
         shape = base.shape if row == () else base.shape[:1]
         sts = [self.state[p].get(name) for p,_ in members]
+        key,cache = (name, id(base), *((id(s), s.data_ptr()) for s in sts if s is not None)),self.__dict__.setdefault('_bufs', {})
+        if (b := cache.get(key)) is not None and len(key) == len(sts) + 2: return b
+        if len(cache) > 64: cache.clear()
         s0 = sts[0]
         if s0 is not None and all(s is not None and s.untyped_storage().data_ptr()==s0.untyped_storage().data_ptr()
                                   and s.storage_offset()-s0.storage_offset() == a*math.prod(shape[1:]) for s,(_,a) in zip(sts, members)):
-            return storage_view(s0, shape)
+            cache[key] = storage_view(s0, shape)
+            return cache[key]
         buf = base.new_zeros(shape)  # new, or loaded from a checkpoint: packed again
         for (p,a),s in zip(members, sts):
             if s is not None: buf[a:a+len(p)] = s
