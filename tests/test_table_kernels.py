@@ -7,6 +7,12 @@ import os, subprocess, sys, pytest
 
 pytest.importorskip('triton')
 
+def interpret(script:str):
+    "Run `script` in a subprocess under Triton's interpreter; it must print 'ok'"
+    env = {**os.environ, 'TRITON_INTERPRET': '1'}
+    r = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
 SCRIPT = r'''
 import torch, numpy as np
 from fastai_gpu_tabular.model import _gather_into, table_groups, table_block, _offsets
@@ -30,9 +36,7 @@ print('ok')
 '''
 
 def test_lookup_kernel_writes_the_lookups_into_the_block_in_interpreter():
-    env = {**os.environ, 'TRITON_INTERPRET': '1'}
-    r = subprocess.run([sys.executable, '-c', SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+    interpret(SCRIPT)
 
 STEP = r"""
 from functools import partial
@@ -64,9 +68,7 @@ print('ok')
 """
 
 def test_every_widths_step_in_one_kernel_equals_the_rules_torch_ops_in_interpreter():
-    env = {**os.environ, 'TRITON_INTERPRET': '1'}
-    r = subprocess.run([sys.executable, '-c', STEP], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+    interpret(STEP)
 
 SUMS = r"""
 import torch
@@ -92,6 +94,4 @@ print('ok')
 
 def test_sums_by_row_in_two_kernels_equal_embedding_dense_backwards_in_interpreter():
     "`_sums_fused`: rows over many chunks of lookups, on chunk edges, wide and single, as `embedding_dense_backward` sums them"
-    env = {**os.environ, 'TRITON_INTERPRET': '1'}
-    r = subprocess.run([sys.executable, '-c', SUMS], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and 'ok' in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+    interpret(SUMS)
