@@ -13,6 +13,7 @@ p.add_argument('--rows', type=int, default=10_000_000)
 p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--steps', type=int, default=60)
 p.add_argument('--top', type=int, default=30)
+p.add_argument('--graph', action='store_true', help="with `CudaGraph`: the forward and backward replayed")
 p.add_argument('--stack', default=None, help="also the Python stacks and shapes of the ops whose names hold this, e.g. 'gather'")
 a = p.parse_args()
 import torch
@@ -22,13 +23,14 @@ from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt
+from fastai_gpu_tabular.graph import CudaGraph
 
 to = TabularGPU(synth_criteo(a.rows, cap=500_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
                 splits=RandomRowSplit(0.2, 42), y_block=CategoryBlock(), **CRITEO_SCHEMA)
 kw = dict(opt_func=ForeachLamb) if a.opt == 'dense' else dict(
     config=dict(sparse=True), opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule=a.opt))
 learn = tabular_learner(to.dataloaders(bs=a.bs, seed=0), layers=[512, 256], emb_szs={n: a.width for n in to.cat_names} if a.width else None,
-                        cbs=ExcludeEmbeddings(), **kw)
+                        cbs=[ExcludeEmbeddings()] + ([CudaGraph()] if a.graph else []), **kw)
 learn.remove_cb(ProgressCallback); learn.to_bf16()
 EVENTS = ['before_batch', 'after_pred', 'after_loss', 'before_backward', 'after_backward', 'before_step', 'after_step', 'after_batch']
 

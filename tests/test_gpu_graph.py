@@ -1,0 +1,89 @@
+"""GPU suite for `CudaGraph` (`pytest -m gpu`): graphed fits equal fastai's eager ones (the row-sparse model with `SparseEmbedOpt`,
+the dense one with `ForeachLamb`, an optimizer that sets gradients to `None`, gradient accumulation), the graphs are replayed,
+and a graphed fit never waits for the device but at its capture."""
+from functools import partial
+import pytest, torch
+from fastai.tabular.all import set_seed, CategoryBlock, OptimWrapper, GradientAccumulation
+from fastai_gpu_tabular.graph import CudaGraph
+from fastai_gpu_tabular.optimizer import SparseEmbedOpt, ForeachLamb
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.recorder import CheckNoSync
+from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+
+pytestmark = pytest.mark.gpu
+OPTS = dict(sparse=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule='rowwise-adagrad'), lamb=ForeachLamb,
+            adamw=partial(OptimWrapper, opt=torch.optim.AdamW))  # AdamW: torch's `zero_grad` sets the gradients to None
+
+@pytest.fixture(scope='module')
+def to():
+    return TabularGPU(synth_criteo(50_000, cap=5_000, gpu=True, seed=1), procs=[Categorify, FillMissing, Normalize],
+                      splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
+
+def fit(to, opt, cbs=(), bf16=True, epochs=2, bs=2048):
+    "A learner fitted with `fit_one_cycle` from seed 0: the row-sparse model for `opt='sparse'`, else the dense one"
+    set_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=bs, seed=0), layers=[64, 32], emb_szs={n: 8 for n in to.cat_names},
+                            config=dict(sparse=opt == 'sparse'), opt_func=OPTS[opt], cbs=list(cbs))
+    if bf16: learn.to_bf16()
+    with learn.no_bar(): learn.fit_one_cycle(epochs, 1e-2)
+    return learn
+
+def assert_same_fit(a, b):
+    for (n, p), (_, q) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=n)
+    for k, v in a.model.state_dict().items(): torch.testing.assert_close(v, b.model.state_dict()[k], rtol=1e-4, atol=1e-5, msg=k)
+    torch.testing.assert_close(torch.tensor(a.recorder.values), torch.tensor(b.recorder.values), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize('opt,bf16', [('sparse', True), ('lamb', True), ('adamw', False)])
+def test_graphed_fit_equals_fastais(to, opt, bf16):
+    cb = CudaGraph()
+    g, e = fit(to, opt, [cb], bf16), fit(to, opt, (), bf16)
+    n = len(g.dls.train)  # 2 epochs: `warmup` batches run, one capture, the rest (both epochs, validation between) replayed
+    assert cb.captures == 1 and 2*(n-1) - cb.warmup <= cb.replays <= 2*n - cb.warmup, (cb.captures, cb.replays, n)  # a last batch: run
+    assert_same_fit(g, e)
+    assert cb.graphs == {} and 'forward' not in g.model.__dict__  # the graphs' memory back, the model's own forward
+    if opt == 'sparse': assert g.model.embeds[0].weight.grad is None  # the tables' gradients stayed row-sparse
+
+@pytest.mark.parametrize('opt', ['sparse', 'adamw'])
+def test_gradient_accumulation_adds_over_replays(to, opt):
+    "fastai's `GradientAccumulation` skips `zero_grad`: the replays add into the gradients (dense ones in place, sparse ones summed)"
+    cb = CudaGraph()
+    g, e = fit(to, opt, [cb, GradientAccumulation(4096)]), fit(to, opt, [GradientAccumulation(4096)])
+    assert cb.replays > 0
+    assert_same_fit(g, e)
+
+def test_graphed_fit_never_synchronises():
+    "After its one capture (which waits for the device, inside `allowed_sync`) a graphed bf16 fit never waits for the device"
+    set_seed(0)
+    to = TabularGPU(synth_criteo(60_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
+                    splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
+    cb = CudaGraph()
+    learn = tabular_learner(to.dataloaders(bs=4096), layers=[64], emb_szs={n: 16 for n in to.cat_names}, config=dict(sparse=True),
+                            opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule='rowwise-adagrad'), cbs=cb).to_bf16()
+    v0 = learn.validate()[0]
+    try: learn.fit_one_cycle(2, 1e-2, cbs=CheckNoSync())
+    finally: torch.cuda.set_sync_debug_mode('default')
+    assert cb.replays > 0 and learn.recorder.values[-1][1] < v0 - 0.01
+
+def test_a_new_shape_or_moved_parameters_are_captured_again_or_run(to):
+    "The epoch's last, smaller batch gets its own graphs (up to `max_graphs`); a model whose parameters moved is not replayed stale"
+    cb = CudaGraph(warmup=1, max_graphs=1)
+    learn = tabular_learner(to.dataloaders(bs=3000, seed=0), layers=[32], emb_szs={n: 4 for n in to.cat_names}, cbs=cb)
+    m = learn.model
+    x = next(iter(learn.dls.train))
+    learn.model.train()
+    cb.learn = learn; cb.before_fit()
+    ys = [m(*x[:2]).clone() for _ in range(3)]  # run, capture (then replay), replay
+    assert cb.captures == 1 and cb.replays == 2 and torch.equal(ys[1], ys[2])
+    torch.testing.assert_close(ys[0], ys[1], rtol=1e-5, atol=1e-6)
+    m(*[t[:100] for t in x[:2]])  # another shape, past `max_graphs`: run as it is
+    assert cb.captures == 1 and cb.replays == 2
+    m.layers[0][0].weight.data = m.layers[0][0].weight.data.clone()  # a parameter in a new tensor: a new key, run (max_graphs)
+    cb.params = list(m.parameters())
+    y = m(*x[:2])
+    assert cb.replays == 2
+    torch.testing.assert_close(y, ys[2], rtol=1e-5, atol=1e-6)
+    cb.after_fit()
+    assert 'forward' not in m.__dict__
