@@ -14,6 +14,7 @@ from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run
 from .model import save_weights, load_weights
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
+from .graph import CudaGraph
 from .distributed import Checkpoint, StopAfter, ddp_kwargs
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
@@ -309,6 +310,7 @@ def main(
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
     freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')
     max_size:str=None, # Raw data: at most this many ids a column, most frequent first (a number, or 'name=N,...')
+    cuda_graph:store_true=False, # One GPU: replay each training batch's forward and backward from CUDA graphs (`CudaGraph`)
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
@@ -320,6 +322,9 @@ def main(
     if device.type == 'cpu': device = torch.device('cpu')  # not 'cpu:0', which torch.load cannot map back
     if precision != 'fp32' and device.type != 'cuda':
         warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
+    if cuda_graph and (device.type != 'cuda' or world > 1):
+        where = 'the CPU' if device.type != 'cuda' else f'{world} processes'
+        warn(f"`cuda_graph` needs one GPU, not {where}: training without"); cuda_graph = False
     if deterministic:
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
     set_seed(seed)
@@ -340,7 +345,8 @@ def main(
     ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
     ckpt = Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None)
     keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
-    cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else [])
+    graph = CudaGraph() if cuda_graph else None
+    cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else []) + ([graph] if graph else [])
     ph.lap('model')
     if lr is None: lr = pick_lr(learn, out, opt, resume); ph.lap('lr_find')
     final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
@@ -358,6 +364,7 @@ def main(
     ph.lap('save')
     report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
                 device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, checkpoints=ckpt.n_saves,
+                cuda_graph_replays=graph.replays if graph else None,
                 checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
     return learn
 

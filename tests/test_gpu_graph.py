@@ -87,3 +87,15 @@ def test_a_new_shape_or_moved_parameters_are_captured_again_or_run(to):
     torch.testing.assert_close(y, ys[2], rtol=1e-5, atol=1e-6)
     cb.after_fit()
     assert 'forward' not in m.__dict__
+
+def test_fgt_train_cuda_graph(tmp_path):
+    "`fgt-train --cuda-graph` on Criteo-shaped rows: the graphs replayed, the fit equal to the same run without them"
+    import json
+    from fastai_gpu_tabular.train import main
+    common = dict(data='synth-criteo', rows=200_000, epochs=1, bs=8192, layers='64', lr=1e-2, precision='bf16', emb_opt='rowwise-adagrad',
+                  emb_rule='fixed', emb_dim='16', opt='lamb')
+    g, e = main(out=str(tmp_path/'g'), cuda_graph=True, **common), main(out=str(tmp_path/'e'), **common)
+    m = json.loads((tmp_path/'g'/'metrics.json').read_text())
+    assert m['cuda_graph_replays'] >= len(g.dls.train) - 3 and m['roc_auc_score'] > 0.6, m
+    for (k, v), w in zip(g.model.state_dict().items(), e.model.state_dict().values()):
+        torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-5, msg=k)

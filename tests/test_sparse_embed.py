@@ -199,6 +199,15 @@ def test_fgt_train_sparse_tables_resume_like_a_whole_run(tmp_path):
     assert m['emb_opt'] == 'lazy-adam' and m['model']['grads_bytes'] < m['model']['weights_bytes']
     assert {e.weight.shape[1] for e in whole.model.embeds} == {8}
 
+def test_fgt_train_cuda_graph_on_the_cpu_warns_and_trains_as_without(tmp_path):
+    common = dict(data='synth', rows=3_000, epochs=1, bs=400, layers='16', lr=1e-2, cpu=True, emb_opt='rowwise-adagrad',
+                  emb_rule='fixed', emb_dim='4', opt='lamb')
+    with pytest.warns(UserWarning, match='`cuda_graph` needs one GPU, not the CPU'):
+        g = main(out=str(tmp_path/'g'), cuda_graph=True, **common)
+    e = main(out=str(tmp_path/'e'), **common)
+    for (k, v), w in zip(g.model.state_dict().items(), e.model.state_dict().values()): assert torch.equal(v, w), k
+    assert json.loads((tmp_path/'g'/'metrics.json').read_text())['cuda_graph_replays'] is None
+
 def test_emb_rule_and_emb_opt_arguments():
     assert emb_sizes(None, 'fixed', ['a', 'b']) == {'a': 16, 'b': 16} and emb_sizes('4', 'fixed', ['a']) == {'a': 4}
     assert emb_sizes(None, 'fastai', ['a']) == {} and emb_sizes('a=3', 'fastai', ['a', 'b']) == {'a': 3}
