@@ -200,6 +200,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                          'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._Replay.forward': ( 'graph.html#_replay.forward',
                                                                                         'fastai_gpu_tabular/graph.py'),
+                                          'fastai_gpu_tabular.graph._capture': ('graph.html#_capture', 'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._uncached_autocast': ( 'graph.html#_uncached_autocast',
                                                                                            'fastai_gpu_tabular/graph.py')},
             'fastai_gpu_tabular.learner': { 'fastai_gpu_tabular.learner.BaseLoss._contiguous': ( 'learner.html#baseloss._contiguous',

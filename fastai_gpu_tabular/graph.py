@@ -6,7 +6,6 @@
 from __future__ import annotations
 from fastai.torch_basics import *
 from fastai.callback.core import Callback
-from .recorder import allowed_sync
 from .comm import distributed
 
 # %% auto #0
@@ -21,10 +20,10 @@ class _Captured:
         for _ in range(2):  # a second time when a gradient was missing: the graphs then add into tensors of the parameters
             pre = [p.grad for p in params]
             self.pool,self.fg,self.bg = torch.cuda.graph_pool_handle(),torch.cuda.CUDAGraph(),torch.cuda.CUDAGraph()
-            with allowed_sync(), _uncached_autocast():  # a capture waits for the device once; autocast's cache would outlive it
-                with torch.cuda.graph(self.fg, pool=self.pool, capture_error_mode='thread_local'): out = fwd(*self.xs)
+            with _uncached_autocast():  # autocast's cache of cast weights would outlive the capture
+                out = _capture(self.fg, self.pool, lambda: fwd(*self.xs))
                 self.gout = torch.empty_like(out)
-                with torch.cuda.graph(self.bg, pool=self.pool, capture_error_mode='thread_local'): out.backward(self.gout)
+                _capture(self.bg, self.pool, lambda: out.backward(self.gout))
             self.out = out.detach()
             self.sparse = [(p, p.grad) for p in params if p.grad is not None and p.grad.is_sparse]  # set by the model's backward
             for p,_ in self.sparse: p.grad = None
@@ -53,6 +52,16 @@ class _Captured:
         self.gout.copy_(g)
         self.bg.replay()
         for p,t in self.sparse: p.grad = t if p.grad is None else p.grad + t
+
+def _capture(g, pool, f):
+    """`f()` captured into CUDA graph `g` on a side stream, as `torch.cuda.graph` does without its device synchronisation,
+    `gc.collect` and `empty_cache` (which would cost every later allocation a `cudaMalloc`)"""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        g.capture_begin(pool=pool, capture_error_mode='thread_local')
+        try: return f()
+        finally: g.capture_end()
 
 def _uncached_autocast():
     "Autocast as it is, without its cache of cast weights (CUDA graphs need it off: `torch.cuda.make_graphed_callables`)"

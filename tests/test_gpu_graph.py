@@ -55,7 +55,7 @@ def test_gradient_accumulation_adds_over_replays(to, opt):
     assert_same_fit(g, e)
 
 def test_graphed_fit_never_synchronises():
-    "After its one capture (which waits for the device, inside `allowed_sync`) a graphed bf16 fit never waits for the device"
+    "A graphed bf16 fit never waits for the device, its capture included (no `torch.cuda.synchronize` in it)"
     set_seed(0)
     to = TabularGPU(synth_criteo(60_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
                     splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
