@@ -251,9 +251,11 @@ def main(
     overwrite:store_true=False, # Replace `out` if it exists
     freq_threshold:str=None, # Ids seen fewer times in training share one `#rare#` code: a number, or 'name=N,...' per column
     max_size:str=None, # Keep at most this many ids a column, most frequent first (the rest: `#rare#`): a number, or 'name=N,...'
+    split_out:int=1, # With `--dask`: merge the ids' counts in this many pieces (columns whose ids do not fit one worker at once)
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
+    if split_out != 1 and not dask: raise ValueError("`--split-out` splits `--dask`'s merges of the ids' counts: add `--dask`")
     gpu,t0 = gpu_available() and not cpu,time.perf_counter()
     names = dict(cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
     kw = dict(splits=RandomRowSplit(valid_pct, seed), y_block=CategoryBlock() if y_block=='category' else RegressionBlock())
@@ -263,7 +265,7 @@ def main(
         from .tabular_dask import TabularDask, dask_client
         dask_client(gpu=gpu)
         ddf,cols = read_dask(data, gpu, rows, seed, **names)
-        to = TabularDask(ddf, procs=procs(cols), **kw, **cols)
+        to = TabularDask(ddf, procs=procs(cols), split_out=split_out, **kw, **cols)
     else:
         df,cols = read_data(data, rows, gpu, seed, **names)
         to = TabularGPU(df, procs=procs(cols), **kw, **cols)

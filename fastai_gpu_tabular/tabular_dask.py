@@ -110,6 +110,14 @@ def _tree(ds:list, merge:Callable, fan:int=8):
     while len(ds) > 1: ds = [delayed(_reduce)(merge, ds[i:i+fan]) for i in range(0, len(ds), fan)]
     return ds[0]
 
+def _footer_rows(ddf, n:int)->list|None:
+    "Rows of each of the `n` partitions of `ddf` as its parquet footers give them (dask's `Lengths`, nothing read); None if unknown"
+    try:
+        from dask.dataframe.dask_expr._expr import Lengths, Literal
+        e = Lengths(ddf.expr).optimize(fuse=False)
+    except Exception: return None  # dask's expression API is not public: anything it raises means 'read the partitions'
+    return list(e.operand('value')) if isinstance(e, Literal) and len(e.operand('value')) == n else None
+
 # %% ../nbs/07a_tabular_dask.ipynb #67226b27
 _BITS = 12  # bits of the key that a narrowing pass resolves: 4,096 bins
 _KMAX,_KMIN = (1 << 63) - 1,-(1 << 63)
@@ -252,6 +260,7 @@ def _stats(part, start:int, plan:dict)->dict:
     res = dict(ns=[len(part)], dtypes={n: {str(part[n].dtype)} if len(part) else set() for n in names}, lo=lo, hi=hi,
                exact=float32_exact(part, [n for n in num if n in plan['exact'] and part[n].dtype.kind == 'f']))
     if not plan.get('train'): return res
+    part = part.astype(plan['f32'])  # continuous columns (and targets) as `reduce_memory` narrows them: `TabularGPU` fits on those
     tr = part[~_valid(part, start, plan['splits'])]
     res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
                vc={n: _value_counts(tr[n]) for n in plan['vc']},
@@ -301,6 +310,32 @@ def _merge_stats(a:dict, b:dict)->dict:
                 bins={n: _merge_bins(a['bins'][n], b['bins'][n]) for n in a['bins']})
 
 def _to_host(st:dict)->dict: return {**st, 'vc': {n: _counts_series(v) for n,v in st['vc'].items()}} if 'vc' in st else st
+
+def _split_counts(st:dict, k:int)->list:
+    """A partition's `_stats` as `k` dicts of value counts by a hash of the value (a value lands in the same piece in every
+    partition), and one of the rest"""
+    pieces = [{} for _ in range(k)]
+    for n,vc in st['vc'].items():
+        if isinstance(vc, tuple):
+            xp = array_lib(vc[0])
+            h = _mix64(vc[0].astype(np.int64).view(np.uint64), xp) % xp.uint64(k)
+            for j,d in enumerate(pieces): d[n] = (vc[0][h == j], vc[1][h == j])
+        else:
+            h = (vc.index.to_series().hash_values() if is_cudf(vc) else pd.util.hash_pandas_object(vc.index, index=False)) % k
+            for j,d in enumerate(pieces): d[n] = vc[(h == j).values]
+    return pieces + [{**st, 'vc': {}}]
+
+def _merge_counts(a:dict, b:dict)->dict: return {n: _add_counts(a[n], b[n]) for n in a}
+
+def _reduce_stats(tasks:list, k:int=1)->dict:
+    """The delayed `_stats` of the partitions merged on the workers, to the host; the value counts in `k` pieces by a hash of the
+    value, each its own tree (a merge holds 1/`k` of a column's distinct values), joined on the client"""
+    from dask import delayed
+    if k == 1: return _compute(delayed(_to_host)(_tree(tasks, _merge_stats)))[0]
+    parts = [delayed(_split_counts, nout=k+1)(t, k) for t in tasks]
+    st,*vcs = _compute(delayed(_to_host)(_tree([p[k] for p in parts], _merge_stats)),
+                       *[delayed(_to_host)({'vc': _tree([p[j] for p in parts], _merge_counts)}) for j in range(k)])
+    return {**st, 'vc': {n: pd.concat([v['vc'][n] for v in vcs]) for n in vcs[0]['vc']}}
 
 def _counts(td, n:str):
     "Training value counts of column `n` from the fused pass (a `FillMissing` flag from its missing count), or None"
@@ -384,7 +419,11 @@ def _plan(td, names:list, train:bool)->dict:
     cat = next((p for p in td.procs if isinstance(p, Categorify)), None)
     median = has(FillMissing, lambda p: getattr(p.fill_strategy, '__name__', '') == 'median')
     yvc = has(Categorize, lambda p: p.vocab is None)
-    return dict(names=names, exact=exact_floats(names, td.cont_names, td.y_names), conts=list(td.cont_names), ys=list(td.y_names),
+    lay,lossy = td.__dict__.get('_layout', {}),[n for n in td.cont_names+td.y_names if td.ddf._meta[n].dtype.kind == 'f']
+    if not td.reduce_memory: f32 = {}  # the float columns' narrowing: known from the layout, else float32 (checked after the pass)
+    elif all(n in lay.get('cols', ()) for n in lossy): f32 = {n: lay['types'][n] for n in lossy if n in lay['types']}
+    else: f32 = shrink_types({n: td.ddf._meta[n].dtype for n in lossy}, dict.fromkeys(lossy, 0.), dict.fromkeys(lossy, 0.))
+    return dict(names=names, exact=exact_floats(names, td.cont_names, td.y_names), conts=list(td.cont_names), ys=list(td.y_names), f32=f32,
                 splits=td.splits, train=train, moments=list(td.cont_names) if has(Normalize) else [],
                 vc=(list(td.cat_names) if cat else []) + (list(td.y_names) if yvc else []), mh=list(td.mh_names) if cat else [],
                 sep=cat.sep if cat else '|', bins=list(td.cont_names) if median else [])
@@ -403,7 +442,11 @@ class TabularDask:
         mh_names:list|None=None, # Multi-hot columns: lists, or strings split on `Categorify`'s `sep`
         progress:bool=True, # A progress bar over the passes
         persist:bool=False, # Keep the cleaned partitions in the cluster's memory between passes (dask spills what does not fit)
+        split_out:int=1, # Merge the value counts in this many pieces by a hash of the value, each on its own: for columns whose
+                         # distinct ids do not fit one worker at once (a merge holds 1/`split_out` of them); the same vocabularies
     ):
+        if not isinstance(split_out, int) or split_out < 1:
+            raise ValueError(f"`split_out` is a number of pieces (1 or more), not {split_out!r}")
         self.cat_names,self.cont_names,self.mh_names,self.y_names = (L(list(L(o))) for o in (cat_names, cont_names, mh_names, y_names))
         meta = ddf._meta
         check_names(meta, self.cat_names, self.cont_names, self.mh_names, self.y_names, check_types=False)
@@ -420,6 +463,7 @@ class TabularDask:
             if callable(y_block): y_block = y_block()
             procs = procs + y_block.type_tfms
         self.ddf,self.splits,self.reduce_memory,self.progress,self.persist = ddf,splits,reduce_memory,progress,persist
+        self.split_out = split_out
         self.procs = Pipeline(procs)
         if do_setup: self.setup()
 
@@ -445,14 +489,18 @@ class TabularDask:
 
     def _scan(self, cols:list, train:bool=False)->dict:
         """One pass over every partition of `ddf[cols]` (`_stats`), merged on the workers: the layout of the columns not seen yet,
-        and with `train` the training rows' statistics (after a layout pass if `RandomRowSplit` needs the row positions)"""
+        and with `train` the training rows' statistics. `RandomRowSplit` needs each partition's first row: the parquet footers'
+        rows when dask has them (checked against the rows the pass counts; the pass runs again if they differ), else a layout pass"""
         from dask import delayed
         lay,key,parts = self.__dict__.setdefault('_layout', dict(cols=[], types={}, offsets={})),tuple(cols),self._parts(cols)
-        if train and key not in lay['offsets'] and isinstance(self.splits, RandomRowSplit): self._scan(cols)
-        starts = lay['offsets'][key][:-1] if key in lay['offsets'] else [0]*len(parts)
+        guess = None
+        if train and key not in lay['offsets'] and isinstance(self.splits, RandomRowSplit):
+            if (guess := _footer_rows(self.ddf[list(cols)], len(parts))) is None: self._scan(cols)
+        starts = lay['offsets'][key][:-1] if key in lay['offsets'] else np.cumsum([0]+guess[:-1]).tolist() if guess else [0]*len(parts)
         new = [n for n in cols if n not in lay['cols']]  # the layout of these only: the others' is known
-        tasks = [delayed(_stats)(p, s, _plan(self, new, train)) for p,s in zip(parts, starts)]
-        with _timed(self, 'statistics' if train else 'layout'): st = _compute(delayed(_to_host)(_tree(tasks, _merge_stats)))[0]
+        plan = _plan(self, new, train)
+        tasks = [delayed(_stats)(p, s, plan) for p,s in zip(parts, starts)]
+        with _timed(self, 'statistics' if train else 'layout'): st = _reduce_stats(tasks, self.split_out if train else 1)
         for n in new:
             if len(st['dtypes'][n]) > 1:
                 raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(st['dtypes'][n])}): cast it to one, "
@@ -461,7 +509,9 @@ class TabularDask:
             types = shrink_types({n: self.ddf[n].dtype for n in new if n not in self.mh_names}, st['lo'], st['hi'])
             lay['types'].update(exact_types(types, {n: st['exact'].get(n, True) for n in exact_floats(new, self.cont_names, self.y_names)}))
         lay['offsets'][key],lay['cols'] = np.cumsum([0]+st['ns']).tolist(),lay['cols']+new
-        return st
+        again = guess is not None and st['ns'] != guess  # the footers' rows were not the partitions'
+        again |= train and any(lay['types'].get(n) != t for n,t in plan['f32'].items())  # or a float column is wider than guessed
+        return self._scan(cols, train) if again else st
 
     def _prepared(self, extra=(), only:list|None=None):
         "The named (and `extra`) columns of every partition (or `only` these), cleaned, shrunk, with positions and validation flags"
