@@ -33,6 +33,8 @@ def main():
     p.add_argument('--device-limits', default='default', help="dask-cuda's device_memory_limit of a worker, e.g. default,2.7GB "
                    "(each a run; out of core: the input's bytes over the limit)")
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
+    p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
+                   "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default one row group (--rg rows) a partition")
     a = p.parse_args()
     import dask.dataframe as dd
     from distributed import Client
@@ -72,8 +74,9 @@ def main():
         client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
                              **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
-        read = (lambda: __import__('dask_cudf').read_parquet(files, split_row_groups=True)) if gpu else \
-               (lambda: dd.read_parquet(files, split_row_groups=True))
+        by = dict(split_row_groups=True) if a.blocksize is None else dict(split_row_groups='adaptive', blocksize=a.blocksize,
+                                                                          aggregate_files=True)
+        read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
         def run(cls=TabularDask, **k):
             to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to
         w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '') + ('' if lim == 'default' else
@@ -95,7 +98,7 @@ def main():
     for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
     report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'],
-           dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes))
+           dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes, blocksize=a.blocksize))
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == '__main__': main()

@@ -217,16 +217,22 @@ def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
+    blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"
     import dask.dataframe as dd
+    from dask.utils import parse_bytes
     lib = importlib.import_module('dask_cudf') if gpu else dd
+    if blocksize is not None:
+        try: blocksize = parse_bytes(blocksize)
+        except (ValueError, TypeError): raise ValueError(f"`blocksize`: {blocksize!r} is not a size, such as 1000000000 or '1GB'") from None
     if data in ('synth', 'synth-criteo', 'movielens'):
         df,cols = read_data(data, rows, gpu, seed, **names)
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
     kind = 'csv' if str(data).endswith('.csv') else 'parquet'
-    ddf = lib.read_csv(data) if kind == 'csv' else lib.read_parquet(data, split_row_groups=True)
+    by = dict(split_row_groups=True) if blocksize is None else dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=True)
+    ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize))) if kind == 'csv' else lib.read_parquet(data, **by)
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
     if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:
@@ -252,10 +258,12 @@ def main(
     freq_threshold:str=None, # Ids seen fewer times in training share one `#rare#` code: a number, or 'name=N,...' per column
     max_size:str=None, # Keep at most this many ids a column, most frequent first (the rest: `#rare#`): a number, or 'name=N,...'
     split_out:int=1, # With `--dask`: merge the ids' counts in this many pieces (columns whose ids do not fit one worker at once)
+    blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: a parquet row group each)
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
-    if split_out != 1 and not dask: raise ValueError("`--split-out` splits `--dask`'s merges of the ids' counts: add `--dask`")
+    for k,v,d in (('split-out', split_out, 1), ('blocksize', blocksize, None)):
+        if v != d and not dask: raise ValueError(f"`--{k}` is an option of `--dask`'s partitions and merges: add `--dask`")
     gpu,t0 = gpu_available() and not cpu,time.perf_counter()
     names = dict(cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
     kw = dict(splits=RandomRowSplit(valid_pct, seed), y_block=CategoryBlock() if y_block=='category' else RegressionBlock())
@@ -264,7 +272,7 @@ def main(
     if dask:
         from .tabular_dask import TabularDask, dask_client
         dask_client(gpu=gpu)
-        ddf,cols = read_dask(data, gpu, rows, seed, **names)
+        ddf,cols = read_dask(data, gpu, rows, seed, blocksize=blocksize, **names)
         to = TabularDask(ddf, procs=procs(cols), split_out=split_out, **kw, **cols)
     else:
         df,cols = read_data(data, rows, gpu, seed, **names)

@@ -260,7 +260,7 @@ def _stats(part, start:int, plan:dict)->dict:
     res = dict(ns=[len(part)], dtypes={n: {str(part[n].dtype)} if len(part) else set() for n in names}, lo=lo, hi=hi,
                exact=float32_exact(part, [n for n in num if n in plan['exact'] and part[n].dtype.kind == 'f']))
     if not plan.get('train'): return res
-    part = part.astype(plan['f32'])  # continuous columns (and targets) as `reduce_memory` narrows them: `TabularGPU` fits on those
+    if plan['f32']: part = part.astype(plan['f32'])  # float columns as `reduce_memory` narrows them: `TabularGPU` fits on those
     tr = part[~_valid(part, start, plan['splits'])]
     res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
                vc={n: _value_counts(tr[n]) for n in plan['vc']},

@@ -327,10 +327,20 @@ def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
     assert 'dask dashboard: http' in r.stdout and 'workers 1 same True' in r.stdout
 
 def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp_path):
-    from fastai_gpu_tabular.data import main as prep
+    from fastai_gpu_tabular.data import main as prep, read_dask
     flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)
     args = dict(cat_names='carrier,origin,dest', cont_names='distance,dep_delay', y_names='late', pass_names='flight', cpu=True)
     prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), **args)
     prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, split_out=3, **args)
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
     with pytest.raises(ValueError, match='--dask'): prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'x'), split_out=2, **args)
+    # partitions of ~1 MB (row groups aggregated, across files too), written the same
+    (tmp_path/'two').mkdir()
+    for f, rows in (('a', slice(None, 20_000)), ('b', slice(20_000, None))):
+        flights.iloc[rows].to_parquet(tmp_path/'two'/f'{f}.parquet', row_group_size=2_000)
+    n = [read_dask(str(tmp_path/'two'), blocksize=b, cat_names='carrier', y_names='late')[0].npartitions for b in (None, '1MB')]
+    assert n[0] == len(flights) // 2_000 and 1 < n[1] < n[0], n
+    prep(data=str(tmp_path/'two'), out=str(tmp_path/'mem2'), **args)
+    prep(data=str(tmp_path/'two'), out=str(tmp_path/'dask2'), dask=True, blocksize='1MB', **args)
+    assert_same_output(tmp_path/'mem2', tmp_path/'dask2')
+    with pytest.raises(ValueError, match='blocksize'): read_dask(str(tmp_path/'two'), blocksize='big', y_names='late')
