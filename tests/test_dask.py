@@ -94,8 +94,8 @@ def test_hypothesis_frames_in_any_partitions(d, cuts):
     assume(usable(df, n_train))
     bounds = sorted({0, len(df), *[min(c, len(df)) for c in cuts]})
     splits = (list(range(n_train)), list(range(n_train, len(df))))
-    df = df.assign(is_valid=np.arange(len(df)) >= n_train)
-    kw = dict(cat_names=list(CAT), cont_names=list(CONT), y_names='yc', y_block=CategoryBlock())
+    df = df.assign(is_valid=np.arange(len(df)) >= n_train, xd=df['xf'] / 3)  # xd: float64 values that float32 rounds
+    kw = dict(cat_names=list(CAT), cont_names=CONT+['xd'], y_names='yc', y_block=CategoryBlock())
     with dask.config.set(scheduler='sync'):
         td = TabularDask(cut(df, bounds), procs=PROCS, splits=ColSplitter('is_valid'), progress=False, **kw)
     assert_same_state(TabularGPU(df, procs=PROCS, splits=splits, **kw), td)
