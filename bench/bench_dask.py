@@ -33,6 +33,8 @@ def main():
     p.add_argument('--device-limits', default='default', help="dask-cuda's device_memory_limit of a worker, e.g. default,2.7GB "
                    "(each a run; out of core: the input's bytes over the limit)")
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
+    p.add_argument('--input', default=None, help='folder for the input files: written there if it has none (and kept), else read '
+                   'as they are (--rows, --rg, --shape must be those it was written with): runs in several processes share one input')
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
                    "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default one row group (--rg rows) a partition")
     a = p.parse_args()
@@ -51,12 +53,18 @@ def main():
                                                               mh_names=['genres'], y_names='target')
     kw = dict(**{k: list(v) if isinstance(v, tuple) else v for k, v in cols.items()}, y_block=CategoryBlock(),
               procs=[Categorify, FillMissing, Normalize], splits=RandomRowSplit(0.2, seed=42))
-    # the input: parquet files written in chunks (so that 200M rows never need to be in memory at once)
-    chunk, files = 10_000_000, []
-    for i, s in enumerate(range(0, a.rows, chunk)):
+    # the input: parquet files written in chunks (so that 200M rows never need to be in memory at once), or those of --input
+    chunk, src = 10_000_000, Path(a.input) if a.input else tmp
+    files = sorted(src.glob('in.*.parquet'))
+    if files:
+        import pyarrow.parquet as pq
+        got = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        if got != a.rows: raise SystemExit(f'{src} holds {got:,} rows, not --rows {a.rows:,}: another folder, or the same --rows')
+        print(f'input: {len(files)} files of {src}, as they are', flush=True)
+    for i, s in enumerate(range(0, a.rows, chunk) if not files else []):
         n = min(chunk, a.rows - s)
         df = synth_criteo(n, cap=a.cap, seed=i, gpu=gpu) if a.shape == 'criteo' else synth_movielens(n, seed=i, gpu=gpu)
-        files.append(tmp/f'in.{i:04d}.parquet')
+        src.mkdir(parents=True, exist_ok=True); files.append(src/f'in.{i:04d}.parquet')
         df.to_parquet(files[-1], **({'row_group_size_rows': a.rg} if gpu else {'row_group_size': a.rg}))
         del df
     rows = []
