@@ -87,9 +87,9 @@ def test_col_splitter_and_the_mode(client, flights):
     assert_same_state(TabularGPU(df, **{**kw, 'procs': [Categorify, FillMissing(fill_strategy=FillStrategy.mode), Normalize]}), td)
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(frames(), st.lists(st.integers(0, 30), min_size=1, max_size=6))
-def test_hypothesis_frames_in_any_partitions(d, cuts):
-    "Categories in one partition only, empty partitions, columns null in some partitions: the state and codes of `TabularGPU`"
+@given(frames(), st.lists(st.integers(0, 30), min_size=1, max_size=6), st.integers(1, 3))
+def test_hypothesis_frames_in_any_partitions(d, cuts, split_out):
+    "Categories in one partition only, empty partitions, columns null in some partitions, counts in pieces: `TabularGPU`'s state"
     df, n_train = d
     assume(usable(df, n_train))
     bounds = sorted({0, len(df), *[min(c, len(df)) for c in cuts]})
@@ -97,7 +97,7 @@ def test_hypothesis_frames_in_any_partitions(d, cuts):
     df = df.assign(is_valid=np.arange(len(df)) >= n_train, xd=df['xf'] / 3)  # xd: float64 values that float32 rounds
     kw = dict(cat_names=list(CAT), cont_names=CONT+['xd'], y_names='yc', y_block=CategoryBlock())
     with dask.config.set(scheduler='sync'):
-        td = TabularDask(cut(df, bounds), procs=PROCS, splits=ColSplitter('is_valid'), progress=False, **kw)
+        td = TabularDask(cut(df, bounds), procs=PROCS, splits=ColSplitter('is_valid'), progress=False, split_out=split_out, **kw)
     assert_same_state(TabularGPU(df, procs=PROCS, splits=splits, **kw), td)
 
 def test_the_same_rows_whatever_the_partitioning(tmp_path):
