@@ -198,8 +198,9 @@ def test_value_counts_merged_in_pieces_hold_a_share_of_the_ids_each(monkeypatch)
     df = pd.DataFrame({'id': rng.integers(0, 20_000, n), 'f': rng.integers(0, 3_000, n) / 4,
                        'u': rng.integers(0, 2**64, n, dtype=np.uint64),
                        's': pd.Series(rng.integers(0, 2_000, n)).map('s{}'.format).astype(object), 'x': rng.standard_normal(n),
-                       'y': rng.integers(0, 2, n)})
-    kw = dict(cat_names=['id', 'f', 'u', 's'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, seed=1),
+                       'g': pd.Series(rng.integers(0, 400, (n, 2)).tolist()).map(lambda v: f'g{v[0]}|g{v[1]}'), 'y': rng.integers(0, 2, n)})
+    kw = dict(cat_names=['id', 'f', 'u', 's'], cont_names=['x'], mh_names=['g'], y_names='y', y_block=CategoryBlock(),
+              splits=RandomRowSplit(0.2, seed=1),
               procs=[Categorify(freq_threshold={'id': 2}, max_size={'f': 500, 's': 300}), FillMissing, Normalize])
     sizes = {}
     def add(a, b, f=tdm._add_counts):
