@@ -1,6 +1,6 @@
 """GPU suite for `CudaGraph` (`pytest -m gpu`): graphed fits equal fastai's eager ones (the row-sparse model with `SparseEmbedOpt`,
 the dense one with `ForeachLamb`, an optimizer that sets gradients to `None`, gradient accumulation), the graphs are replayed,
-and a graphed fit never waits for the device but at its capture."""
+and a graphed fit never waits for the device, its capture included."""
 from functools import partial
 import pytest, torch
 from fastai.tabular.all import set_seed, CategoryBlock, OptimWrapper, GradientAccumulation
