@@ -84,6 +84,8 @@ class CudaGraph(Callback):
 
     def before_fit(self):
         m = self.learn.model
+        left = m.__dict__.get('forward')  # by a fit that an exception cut short (fastai runs no `after_fit` then)
+        if isinstance(getattr(left, '__self__', None), CudaGraph): del m.forward  # taken for the model's, it would call itself
         ps = list(m.parameters())
         self.graphs,self.seen,self.captures,self.replays = {},Counter(),0,0
         self.active = bool(ps) and ps[0].is_cuda and not distributed()

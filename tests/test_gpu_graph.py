@@ -99,3 +99,17 @@ def test_fgt_train_cuda_graph(tmp_path):
     assert m['cuda_graph_replays'] >= len(g.dls.train) - 3 and m['roc_auc_score'] > 0.6, m
     for (k, v), w in zip(g.model.state_dict().items(), e.model.state_dict().values()):
         torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-5, msg=k)
+
+def test_a_fit_cut_short_then_a_graphed_fit(to):
+    "An exception cuts a graphed fit short (fastai runs no `after_fit`): the next graphed fit captures, replays and ends as usual"
+    from fastai.tabular.all import Callback
+    class Boom(Callback):
+        def after_batch(self):
+            if self.training and self.iter == 6: raise RuntimeError('boom')
+    cb = CudaGraph()
+    set_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=2048, seed=0), layers=[32], emb_szs={n: 8 for n in to.cat_names}, cbs=cb)
+    with learn.no_bar(), pytest.raises(RuntimeError, match='boom'): learn.fit(1, 1e-2, cbs=Boom())
+    assert cb.replays > 0 and 'forward' in learn.model.__dict__  # left on the model
+    with learn.no_bar(): learn.fit(1, 1e-2)
+    assert cb.captures == 1 and cb.replays > 0 and 'forward' not in learn.model.__dict__

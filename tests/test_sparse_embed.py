@@ -260,3 +260,19 @@ def test_a_width_without_lookups_is_left_alone():
     opt.step()
     assert torch.equal(b.embeds[3].weight, w[3]) and 'sum' not in opt.state[b.embeds[3].weight]
     assert all(not torch.equal(e.weight, v) for e, v in zip(b.embeds, w) if e is not b.embeds[3])
+
+def test_cuda_graph_takes_back_a_forward_left_by_a_fit_cut_short():
+    """An exception ends a fastai fit without `after_fit`, so a `CudaGraph` leaves its forward on the model: the next fit's
+    `CudaGraph` gives the model its own back (on a GPU it would take the left one for the model's, which would call itself)"""
+    from fastai.tabular.all import CategoryBlock
+    from fastai_gpu_tabular.graph import CudaGraph
+    from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+    from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+    to = TabularGPU(synth_movielens(2_000, gpu=False), procs=[Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId'],
+                    cont_names=['days'], y_names='target', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, 0))
+    learn = tabular_learner(to.dataloaders(bs=256), layers=[8])
+    old = CudaGraph()
+    old.active, old.fwd = False, learn.model.forward
+    learn.model.forward = old._forward  # what a graphed fit that an exception cut short leaves on a GPU
+    with learn.no_bar(): learn.fit(1, cbs=CudaGraph())
+    assert 'forward' not in learn.model.__dict__ and len(learn.recorder.values) == 1
