@@ -143,10 +143,12 @@ def exact_types(types:dict, exact:dict)->dict:
     return {c: t for c,t in types.items() if exact.get(c, True) or pd.api.types.pandas_dtype(t).kind != 'f'}
 
 def shrink(df, skip=(), exact=()):
-    "`df`'s numeric columns cast to the smallest type holding them (fastai's `df_shrink`, one min/max pass); `exact` floats only losslessly"
+    "`df`'s numeric columns cast to the smallest type holding them (fastai's `df_shrink`, a min/max a kind); `exact` floats only losslessly"
     cols = [c for c in df.columns if c not in skip and df[c].dtype.kind in 'iuf']
     if not cols or not len(df): return df
-    lo,hi = to_pandas(df[cols].min()),to_pandas(df[cols].max())
+    lo,hi = {},{}  # a kind at a time: a frame of several kinds reduces through float64, and 2**63+5 as a float fits int64
+    for ks in ([c for c in cols if df[c].dtype.kind == k] for k in 'iuf'):
+        if ks: lo.update(zip(ks, to_pandas(df[ks].min()).tolist())); hi.update(zip(ks, to_pandas(df[ks].max()).tolist()))
     types = shrink_types({c: df[c].dtype for c in cols}, lo, hi)
     return df.astype(exact_types(types, float32_exact(df, [c for c in types if c in exact and df[c].dtype.kind == 'f'])))
 

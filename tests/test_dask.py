@@ -241,6 +241,19 @@ def test_float64_columns_fitted_as_reduce_memory_narrows_them(tmp_path, monkeypa
     ref.to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
+def test_uint64_ids_above_2_63_keep_their_values():
+    """Ids of a uint64 column just above 2**63 (a 64-bit hash, say) beside a float column: `TabularGPU` reduced the frame's
+    min and max through float64, where 2**63+5 fits int64, and wrapped the ids negative (their order too, beside smaller
+    ones); both paths keep them"""
+    rng = np.random.default_rng(8)
+    n = 3_000
+    ids = np.uint64(2**63) + rng.integers(0, 50, n).astype(np.uint64)
+    df = pd.DataFrame({'c': ids, 'x': rng.standard_normal(n), 'y': rng.integers(0, 2, n)})
+    kw = dict(cat_names=['c'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), procs=PROCS, splits=RandomRowSplit(0.25, seed=1))
+    ref = TabularGPU(df, **kw)
+    assert ref.procs.categorify.vocab['c'] == sorted(set(ids[~RandomRowSplit(0.25, seed=1).valid_mask(0, n, np)].tolist()))
+    with dask.config.set(scheduler='sync'): assert_same_state(ref, TabularDask(dd.from_pandas(df, npartitions=3), progress=False, **kw))
+
 def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
     df = synth_movielens(2_000, n_users=100, n_items=50, gpu=False)
     kw = dict(cat_names=['userId'], cont_names=['days', 'year'], y_names='target', procs=PROCS, progress=False)

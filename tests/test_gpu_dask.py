@@ -67,15 +67,17 @@ def test_workers_keep_no_torch_cache_between_passes(tmp_path):
 @pytest.mark.gpu
 def test_footers_split_out_and_float64_columns_on_cudf(tmp_path):
     """dask_cudf's parquet footers give the split's positions (no layout pass); value counts merged in pieces (numbers and
-    strings: cuDF's hash); float64 columns fitted as float32 where `reduce_memory` narrows them: all `TabularGPU`'s on cuDF"""
+    strings: cuDF's hash); float64 columns fitted as float32 where `reduce_memory` narrows them; uint64 ids above 2**63 kept:
+    all `TabularGPU`'s on cuDF"""
     import cudf, dask, dask_cudf, numpy as np
     import fastai_gpu_tabular.tabular_dask as tdm
     rng, n = np.random.default_rng(6), 200_000
     x = rng.standard_normal(n); x[rng.random(n) < 0.1] = np.nan
     df = cudf.DataFrame({'id': rng.integers(0, 50_000, n), 's': rng.integers(0, 3_000, n).astype(str), 'x': x,
-                         'big': rng.standard_normal(n) * 1e300, 'y': rng.integers(0, 2, n)})
+                         'big': rng.standard_normal(n) * 1e300, 'y': rng.integers(0, 2, n),
+                         'u': np.uint64(2**63) + rng.integers(0, 500, n).astype(np.uint64)})  # 64-bit hashes above 2**63
     df.to_parquet(tmp_path/'in.parquet', row_group_size_rows=40_000)
-    kw = dict(cat_names=['id', 's'], cont_names=['x', 'big'], y_names='y', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, seed=2),
+    kw = dict(cat_names=['id', 's', 'u'], cont_names=['x', 'big'], y_names='y', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, seed=2),
               procs=[Categorify(max_size={'id': 20_000, 's': 1_000}), FillMissing, Normalize])
     ddf = dask_cudf.read_parquet(tmp_path/'in.parquet', split_row_groups=True)
     assert tdm._footer_rows(ddf, 5) == [40_000]*5
@@ -85,5 +87,6 @@ def test_footers_split_out_and_float64_columns_on_cudf(tmp_path):
     assert 'layout' not in td.timings and td._layout['types']['x'] == np.float32 and 'big' not in td._layout['types']
     ref = TabularGPU(df, **kw)
     assert_same_state(ref, td)
+    assert min(ref.procs.categorify.vocab['u']) >= 2**63  # not wrapped through int64
     ref.to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
