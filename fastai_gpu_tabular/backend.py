@@ -278,7 +278,13 @@ def _is_str(s):
 
 def explode_rows(s, sep:str='|'):
     "Flatten multi-hot `s` (lists, or strings split on `sep`) to (elements, offsets): row `i` is `elements[offsets[i]:offsets[i+1]]`"
-    if _is_str(s): s = s.str.split(sep)
+    if _is_str(s):
+        v = s.iloc[:1000].dropna()  # lists turned into their text ("['a', 'b']") by `dd.from_pandas` or a CSV: refused, not split
+        if len(v) and bool((v.str.startswith('[') & v.str.endswith(']')).all()):
+            raise ValueError(f"multi-hot column {s.name!r} holds lists written as text, e.g. {to_pandas(v).iloc[0]!r}: `dd.from_pandas` "
+                             f"writes list columns so (set dask's 'dataframe.convert-string' to False first), as does a CSV; give "
+                             f"lists, or strings joined by {sep!r}")
+        s = s.str.split(sep)
     e = s.reset_index(drop=True).explode()
     xp = array_lib(e)
     lens = xp.bincount(xp.asarray(e.index.values if is_cudf(e) else e.index.to_numpy(), dtype=np.int64), minlength=len(s))

@@ -254,6 +254,26 @@ def test_uint64_ids_above_2_63_keep_their_values():
     assert ref.procs.categorify.vocab['c'] == sorted(set(ids[~RandomRowSplit(0.25, seed=1).valid_mask(0, n, np)].tolist()))
     with dask.config.set(scheduler='sync'): assert_same_state(ref, TabularDask(dd.from_pandas(df, npartitions=3), progress=False, **kw))
 
+def test_multi_hot_lists_from_pandas_and_parquet(tmp_path):
+    """Multi-hot lists: `dd.from_pandas` writes them as text ("['u', 'v']", dask's 'dataframe.convert-string'), which was split on
+    `sep` as strings, silently: refused now, naming the fix; without the conversion, or read from parquet, `TabularGPU`'s state"""
+    rng = np.random.default_rng(2)
+    n = 4_000
+    df = pd.DataFrame({'c': rng.integers(0, 300, n), 'x': rng.standard_normal(n), 'y': rng.integers(0, 2, n),
+                       'm': pd.Series([[str(v) for v in rng.choice(['u', 'v', 'w'], rng.integers(0, 3))] for _ in range(n)])})
+    kw = dict(cat_names=['c'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), mh_names=['m'], splits=RandomRowSplit(0.25, seed=1),
+              procs=PROCS, progress=False)
+    ref = TabularGPU(df, **{k: v for k, v in kw.items() if k != 'progress'})
+    assert ref.procs.categorify.vocab['m'] == ['u', 'v', 'w']
+    df.to_parquet(tmp_path/'m.parquet', row_group_size=1_000)
+    with dask.config.set(scheduler='sync'):
+        with pytest.raises(ValueError, match="'m' holds lists written as text.*convert-string"):
+            TabularDask(dd.from_pandas(df, npartitions=4, sort=False), **kw)
+        with dask.config.set({'dataframe.convert-string': False}): ddf = dd.from_pandas(df, npartitions=4, sort=False)
+        for d in (ddf, dd.read_parquet(tmp_path/'m.parquet', split_row_groups=True)): assert_same_state(ref, TabularDask(d, **kw))
+    with pytest.raises(ValueError, match='lists written as text'):  # a CSV round trip does the same in memory
+        TabularGPU(df.assign(m=df['m'].astype(str)), **{k: v for k, v in kw.items() if k != 'progress'})
+
 def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
     df = synth_movielens(2_000, n_users=100, n_items=50, gpu=False)
     kw = dict(cat_names=['userId'], cont_names=['days', 'year'], y_names='target', procs=PROCS, progress=False)
