@@ -44,7 +44,7 @@ def main():
     from fastai_gpu_tabular.backend import gpu_available, read_frame
     from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
     from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-    from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
+    from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA, _parquet_parts
     from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
     warnings.simplefilter('ignore')
     gpu = gpu_available() and not a.cpu
@@ -82,8 +82,7 @@ def main():
         client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
                              **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
-        by = dict(split_row_groups=True) if a.blocksize is None else dict(split_row_groups='adaptive', blocksize=a.blocksize,
-                                                                          aggregate_files=True)
+        by = _parquet_parts(a.blocksize)  # `read_dask`'s (fgt-prep --dask)
         read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
         def run(cls=TabularDask, **k):
             to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to

@@ -94,6 +94,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                          'fastai_gpu_tabular.comm.sum_ranks': ('comm.html#sum_ranks', 'fastai_gpu_tabular/comm.py')},
             'fastai_gpu_tabular.data': { 'fastai_gpu_tabular.data._criteo_chunk': ('data.html#_criteo_chunk', 'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._names': ('data.html#_names', 'fastai_gpu_tabular/data.py'),
+                                         'fastai_gpu_tabular.data._parquet_parts': ( 'data.html#_parquet_parts',
+                                                                                     'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._unit': ('data.html#_unit', 'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._zipf_draw': ('data.html#_zipf_draw', 'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._zipf_ranks': ('data.html#_zipf_ranks', 'fastai_gpu_tabular/data.py'),

@@ -213,6 +213,11 @@ def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=
     return Categorify(freq_threshold=ft or 1, max_size=ms or None)
 
 # %% ../nbs/03_data.ipynb #6f946626
+def _parquet_parts(blocksize:int|str|None=None)->dict:
+    "dask `read_parquet`'s partitioning: a row group a partition, or row groups (of several files too) in about `blocksize` bytes"
+    if blocksize is None: return dict(split_row_groups=True)
+    return dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=True)
+
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
@@ -231,8 +236,8 @@ def read_dask(
         df,cols = read_data(data, rows, gpu, seed, **names)
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
     kind = 'csv' if str(data).endswith('.csv') else 'parquet'
-    by = dict(split_row_groups=True) if blocksize is None else dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=True)
-    ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize))) if kind == 'csv' else lib.read_parquet(data, **by)
+    ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize))) if kind == 'csv' else \
+          lib.read_parquet(data, **_parquet_parts(blocksize))
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
     if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:
