@@ -1,0 +1,84 @@
+"""Where the processed format's write goes (issue 29: the write pass is ~24 s of 40 at 100M Criteo rows): one processed
+Criteo partition (`--rows`, default 1M: a dask partition of the bench) written by cuDF's parquet writer in several ways, each
+against the package's own `write_part` (the baseline, first row) in the same process, plus the raw disk rate.
+
+    python bench/bench_write.py                      # one GPU; ~1 minute
+    python bench/bench_write.py --rows 4000000       # larger partitions (`--blocksize`)
+
+Rows: `processed_frame` (the types and nulls before the writer), `write_part` as the package calls it (to the --dir disk
+and to /dev/shm), compression off / LZ4 / ZSTD, one row group a file, the host copy alone (`to_arrow`), and the same write in a
+child process with `KVIKIO_NTHREADS=8` (libcudf's file writes through KvikIO's thread pool) and with KvikIO off."""
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from common import report, timed
+
+def frame(rows):
+    "A processed Criteo partition of `rows` rows as `TabularGPU.to_parquet` writes it, with its names and row group rows"
+    from fastai.data.block import CategoryBlock
+    from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
+    from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+    from fastai_gpu_tabular.tabular import TabularGPU, processed_frame, code_types, row_group_rows_for, _NAME_KEYS
+    to = TabularGPU(synth_criteo(rows, cap=500_000, seed=0), **{k: list(v) if isinstance(v, tuple) else v for k,v in CRITEO_SCHEMA.items()},
+                    procs=[Categorify, FillMissing, Normalize], y_block=CategoryBlock())
+    names = {k: list(getattr(to, k)) for k in _NAME_KEYS}
+    types = code_types(to.procs, names)
+    pf = lambda: processed_frame(to.items, names, (), types)
+    df = pf()
+    return df, pf, row_group_rows_for(dict(df.dtypes), to.mh_names)
+
+def child(a):
+    "Time `write_part` in this process (the env set by the parent) and print seconds as JSON"
+    from fastai_gpu_tabular.tabular import write_part
+    df, _, rg = frame(a.rows)
+    d = Path(tempfile.mkdtemp(dir=a.dir))
+    s = timed(lambda: write_part(df, d, 0, rg), repeats=a.repeats)[0]
+    shutil.rmtree(d); print(json.dumps(s))
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--rows', type=int, default=1_000_000)
+    p.add_argument('--dir', default='/tmp', help='the disk written (the bench_dask output folder is under /tmp)')
+    p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child: return child(a)
+    from fastai_gpu_tabular.tabular import write_part
+    df, pf, rg = frame(a.rows)
+    nbytes = int(df.memory_usage(index=False).sum())
+    dirs = {k: Path(tempfile.mkdtemp(dir=v)) for k,v in (('disk', a.dir), ('shm', '/dev/shm'))}
+    def w(where='disk', **kw):
+        if not kw: return lambda: write_part(df, dirs[where], 0, rg)
+        return lambda: df.to_parquet(dirs[where]/'part.00000.parquet', index=False, **{'row_group_size_rows': rg, **kw})
+    cases = [('write_part (the package)', w()), ('write_part to /dev/shm', w('shm')), ('processed_frame (before the writer)', pf),
+             ('compression=None', w(compression=None)), ("compression='LZ4'", w(compression='LZ4')),
+             ("compression='ZSTD'", w(compression='ZSTD')), ('one row group', w(row_group_size_rows=a.rows)),
+             ("statistics='NONE'", w(statistics='NONE')), ('to_arrow (host copy only)', lambda: df.to_arrow())]
+    rows = []
+    for name, f in cases:
+        s = timed(f, repeats=a.repeats)[0]
+        rows.append(dict(path=name, ms=round(s*1e3, 1), gb_s=round(nbytes/s/1e9, 2)))
+        print(rows[-1], flush=True)
+    for name, env in [('KVIKIO_NTHREADS=8 (child)', dict(KVIKIO_NTHREADS='8')), ('KVIKIO_COMPAT_MODE=ON (child)', dict(KVIKIO_COMPAT_MODE='ON')),
+                      ('default env (child)', {})]:
+        r = subprocess.run([sys.executable, __file__, '--child', '--rows', str(a.rows), '--dir', a.dir, '--repeats', str(a.repeats)],
+                           env={**os.environ, **env}, capture_output=True, text=True)
+        if r.returncode: print(name, 'failed:', r.stderr[-2000:]); continue
+        s = json.loads(r.stdout.strip().splitlines()[-1])
+        rows.append(dict(path=name, ms=round(s*1e3, 1), gb_s=round(nbytes/s/1e9, 2))); print(rows[-1], flush=True)
+    # the disk alone: 2 GB of bytes written and synced
+    buf = os.urandom(2**27)
+    for k,d in dirs.items():
+        t = time.perf_counter()
+        with open(d/'raw', 'wb') as fh:
+            for _ in range(16): fh.write(buf)
+            fh.flush(); os.fsync(fh.fileno())
+        s = time.perf_counter() - t
+        rows.append(dict(path=f'2 GB raw bytes to {k} (fsync)', ms=round(s*1e3, 1), gb_s=round(16*2**27/s/1e9, 2)))
+    base = rows[0]['ms']
+    for r in rows: r['vs_package'] = round(base / r['ms'], 2)
+    for d in dirs.values(): shutil.rmtree(d, ignore_errors=True)
+    report('write_criteo' + ('' if a.rows == 1_000_000 else f'_{a.rows}'), rows, ['path', 'ms', 'gb_s', 'vs_package'],
+           dict(bench='write', rows_written=a.rows, bytes_in_memory=nbytes, row_group_rows=rg, dir=a.dir))
+
+if __name__ == '__main__': main()
