@@ -44,7 +44,10 @@ def main():
     from fastai_gpu_tabular.backend import gpu_available, read_frame
     from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
     from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
-    from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA, _parquet_parts
+    from fastai_gpu_tabular import data
+    from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
+    # `read_dask`'s partitioning (fgt-prep --dask); a package from before eda935b (a same-run baseline) has none: a row group each
+    _parquet_parts = getattr(data, '_parquet_parts', lambda blocksize: dict(split_row_groups=True))
     from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
     warnings.simplefilter('ignore')
     gpu = gpu_available() and not a.cpu

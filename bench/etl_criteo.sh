@@ -4,7 +4,7 @@
 #                                                   # fastai_gpu_tabular | tar -x -C scratch/base`, carried to the device)
 # 1. the TabularDask GPU tests; 2. $ROWS Criteo-shaped rows (default 100M) written once, then BASE's package and this one,
 #    each in a fresh process and cluster, alternated twice; 3. this one with --blocksize 1GB and 4GB, the GPU's memory in use
-#    sampled every 0.5 s beside each run (nvidia-smi). Started detached when it may outlast a 10-minute call:
+#    sampled every 0.5 s beside each run (nvidia-smi). ROUNDS (default 2) and BLOCKS (default "1GB 4GB") change the runs. Started detached when it may outlast a 10-minute call:
 #    (setsid nohup bash bench/etl_criteo.sh > /tmp/etl.log 2>&1 &), then read $L.
 set -u
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -16,10 +16,10 @@ run() {  # name, then the bench's extra arguments; the memory in use beside it
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$L/mem_$1.csv" & m=$!
   $b --name "etl_$1" "${@:2}" > "$L/$1.log" 2>&1; echo "$1 rc $? peak MiB $(sort -n "$L/mem_$1.csv" | tail -1)"; kill $m
 }
-for r in 1 2; do
+for r in $(seq ${ROUNDS:-2}); do
   if [ -n "${BASE:-}" ]; then PYTHONPATH=/tmp/site:$PWD/$BASE run "base_$r"; fi
   run "this_$r"
 done
-for bs in 1GB 4GB; do run "bs_$bs" --blocksize $bs; done
+for bs in ${BLOCKS:-1GB 4GB}; do run "bs_$bs" --blocksize $bs; done
 cp bench/results/etl_*.json "$L/" 2>/dev/null
 grep -H "'path'" "$L"/*.log

@@ -111,12 +111,18 @@ def _tree(ds:list, merge:Callable, fan:int=8):
     return ds[0]
 
 def _footer_rows(ddf, n:int)->list|None:
-    "Rows of each of the `n` partitions of `ddf` as its parquet footers give them (dask's `Lengths`, nothing read); None if unknown"
+    """Rows of each of the `n` partitions of `ddf` as its parquet footers give them (dask's `Lengths`, nothing read); None if
+    unknown. A read of some of the files' columns has its row groups fused into fewer partitions (dask's `FusedIO`, dask_cudf's
+    too, each with its own buckets): their rows are summed by the buckets of the optimized read, the one `to_delayed` makes"""
     try:
         from dask.dataframe.dask_expr._expr import Lengths, Literal
+        from dask.dataframe.dask_expr.io.io import FusedIO
         e = Lengths(ddf.expr).optimize(fuse=False)
+        if not isinstance(e, Literal): return None
+        rows,fused = list(e.operand('value')),[x for x in ddf.expr.optimize(fuse=False).walk() if isinstance(x, FusedIO)]
+        if len(fused) == 1: rows = [sum(rows[i] for i in b) for b in fused[0]._fusion_buckets]
     except Exception: return None  # dask's expression API is not public: anything it raises means 'read the partitions'
-    return list(e.operand('value')) if isinstance(e, Literal) and len(e.operand('value')) == n else None
+    return rows if len(fused) <= 1 and len(rows) == n else None
 
 # %% ../nbs/07a_tabular_dask.ipynb #67226b27
 _BITS = 12  # bits of the key that a narrowing pass resolves: 4,096 bins

@@ -190,6 +190,25 @@ def test_split_positions_when_the_footers_are_wrong_or_unknown(tmp_path, monkeyp
     assert_same_output(tmp_path/'mem', tmp_path/'oTrue')
     assert_same_output(tmp_path/'mem', tmp_path/'oFalse')
 
+def test_footers_of_a_read_whose_row_groups_dask_fuses(tmp_path):
+    """A read of a few of the files' columns: dask fuses its row groups into fewer partitions (`FusedIO`); the footers' rows,
+    summed by the same buckets, still give the split's positions (no layout pass), and the state is `TabularGPU`'s"""
+    rng, n = np.random.default_rng(8), 20_000
+    df = pd.DataFrame({'x': rng.standard_normal(n), 'a': rng.integers(0, 300, n), 'y': rng.integers(0, 2, n),  # not in `cols`' order
+                       **{f'unused{i}': rng.standard_normal(n) for i in range(12)}})
+    df.to_parquet(tmp_path/'in.parquet', row_group_size=2_000)
+    ddf = dd.read_parquet(tmp_path/'in.parquet', split_row_groups=True)
+    kw = dict(cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), procs=PROCS, splits=RandomRowSplit(0.25, seed=1))
+    assert len(ddf[['a', 'x', 'y']].to_delayed()) < ddf.npartitions == 10  # fused: what this test is about
+    with dask.config.set(scheduler='sync'):
+        td = TabularDask(ddf, progress=False, **kw)
+        td.to_parquet(tmp_path/'dask')
+    assert 'layout' not in td.timings
+    ref = TabularGPU(df[['a', 'x', 'y']], **kw)
+    assert_same_state(ref, td)
+    ref.to_parquet(tmp_path/'mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
 def test_value_counts_merged_in_pieces_hold_a_share_of_the_ids_each(monkeypatch):
     """`split_out`: each merge of the value counts holds the ids of one piece (a hash of the value), for columns whose ids do not
     fit one worker at once; the vocabularies, pruned once after the merge, are `TabularGPU`'s (numbers and strings)"""
