@@ -36,7 +36,7 @@ def main():
     p.add_argument('--input', default=None, help='folder for the input files: written there if it has none (and kept), else read '
                    'as they are (--rows, --rg, --shape must be those it was written with): runs in several processes share one input')
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
-                   "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default one row group (--rg rows) a partition")
+                   "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default `read_dask`'s (GPU: `GPU_BLOCKSIZE`; CPU: a row group)")
     a = p.parse_args()
     import dask.dataframe as dd
     from distributed import Client
@@ -47,7 +47,7 @@ def main():
     from fastai_gpu_tabular import data
     from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
     # `read_dask`'s partitioning (fgt-prep --dask); a package from before eda935b (a same-run baseline) has none: a row group each
-    _parquet_parts = getattr(data, '_parquet_parts', lambda blocksize: dict(split_row_groups=True))
+    _parquet_parts = getattr(data, '_parquet_parts', lambda blocksize, gpu: dict(split_row_groups=True))
     from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
     warnings.simplefilter('ignore')
     gpu = gpu_available() and not a.cpu
@@ -85,7 +85,7 @@ def main():
         client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
                              **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
-        by = _parquet_parts(a.blocksize)  # `read_dask`'s (fgt-prep --dask)
+        by = _parquet_parts(a.blocksize, gpu)  # `read_dask`'s (fgt-prep --dask)
         read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
         def run(cls=TabularDask, **k):
             to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to

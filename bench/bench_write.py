@@ -3,10 +3,11 @@ Criteo partition (`--rows`, default 1M: a dask partition of the bench) written b
 against the package's own `write_part` (the baseline, first row) in the same process, plus the raw disk rate.
 
     python bench/bench_write.py                      # one GPU; ~1 minute
-    python bench/bench_write.py --rows 4000000       # larger partitions (`--blocksize`)
+    python bench/bench_write.py --rows 8000000       # larger partitions (`--blocksize`), part files written by threads
 
 Rows: `processed_frame` (the types and nulls before the writer), `write_part` as the package calls it (to the --dir disk
-and to /dev/shm), compression off / LZ4 / ZSTD, one row group a file, the host copy alone (`to_arrow`), and the same write in a
+and to /dev/shm), compression off / LZ4 / ZSTD, one row group a file, larger row groups, the host copy alone (`to_arrow`), the frame
+as 2 or 4 part files written by 1, 2 or 4 threads (libcudf's writer releases the GIL), and the same write in a
 child process with `KVIKIO_NTHREADS=8` (libcudf's file writes through KvikIO's thread pool) and with KvikIO off."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -53,7 +54,15 @@ def main():
     cases = [('write_part (the package)', w()), ('write_part to /dev/shm', w('shm')), ('processed_frame (before the writer)', pf),
              ('compression=None', w(compression=None)), ("compression='LZ4'", w(compression='LZ4')),
              ("compression='ZSTD'", w(compression='ZSTD')), ('one row group', w(row_group_size_rows=a.rows)),
-             ("statistics='NONE'", w(statistics='NONE')), ('to_arrow (host copy only)', lambda: df.to_arrow())]
+             ("statistics='NONE'", w(statistics='NONE')), ('to_arrow (host copy only)', lambda: df.to_arrow()),
+             *[(f'row groups of {r:,} rows', w(row_group_size_rows=r)) for r in (2*rg, 4*rg)]]
+    from concurrent.futures import ThreadPoolExecutor
+    def parts(k, t):  # the frame as `k` part files (write_part each), written by `t` threads
+        n = -(-len(df) // k)
+        f = lambda j: write_part(df.iloc[j*n:(j+1)*n], dirs['disk'], j, rg)
+        if t == 1: return lambda: [f(j) for j in range(k)]
+        return lambda: list(ThreadPoolExecutor(t).map(f, range(k)))
+    cases += [(f'{k} part files of {-(-a.rows // k):,} rows, {t} thread(s)', parts(k, t)) for k,t in ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4))]
     rows = []
     for name, f in cases:
         s = timed(f, repeats=a.repeats)[0]

@@ -16,9 +16,9 @@ from fastprogress.fastprogress import progress_bar
 from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
-__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'synth_movielens', 'synth_criteo',
-           'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data', 'parse_sizes', 'categorify',
-           'read_dask', 'main']
+__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'GPU_BLOCKSIZE', 'synth_movielens',
+           'synth_criteo', 'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data', 'parse_sizes',
+           'categorify', 'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -213,16 +213,20 @@ def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=
     return Categorify(freq_threshold=ft or 1, max_size=ms or None)
 
 # %% ../nbs/03_data.ipynb #6f946626
-def _parquet_parts(blocksize:int|str|None=None)->dict:
-    "dask `read_parquet`'s partitioning: a row group a partition, or row groups (of several files too) in about `blocksize` bytes"
-    if blocksize is None: return dict(split_row_groups=True)
-    return dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=True)
+GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's memory (bench/NOTES.md: a partition costs ~0.2 s more)
+
+def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
+    """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
+    partition on the CPU, `GPU_BLOCKSIZE` of the device's memory on the GPU"""
+    if blocksize is None and not gpu: return dict(split_row_groups=True)
+    return dict(split_row_groups='adaptive', blocksize=ifnone(blocksize, GPU_BLOCKSIZE), aggregate_files=True)
 
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
+                                 # on the CPU, 1/64 of the GPU's memory on the GPU (`GPU_BLOCKSIZE`)
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"
@@ -237,7 +241,7 @@ def read_dask(
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
     kind = 'csv' if str(data).endswith('.csv') else 'parquet'
     ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize))) if kind == 'csv' else \
-          lib.read_parquet(data, **_parquet_parts(blocksize))
+          lib.read_parquet(data, **_parquet_parts(blocksize, gpu))
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
     if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:
@@ -263,7 +267,7 @@ def main(
     freq_threshold:str=None, # Ids seen fewer times in training share one `#rare#` code: a number, or 'name=N,...' per column
     max_size:str=None, # Keep at most this many ids a column, most frequent first (the rest: `#rare#`): a number, or 'name=N,...'
     split_out:int=1, # With `--dask`: merge the ids' counts in this many pieces (columns whose ids do not fit one worker at once)
-    blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: a parquet row group each)
+    blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: a row group each; 1/64 of a GPU's memory)
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")

@@ -378,10 +378,10 @@ def row_group_rows_for(types:dict, mh_names=(), target:int=ROW_GROUP_BYTES)->int
     nbytes = sum(72 if n in mh_names else _width(t) for n,t in types.items())
     return int(min(max(target // max(nbytes, 1) // 1024 * 1024, 2**14), 2**20))
 
-def write_part(df, folder, i:int, row_group_rows:int)->dict|None:
-    "Write processed rows `df` as part file `i` of `folder` (nothing for no rows): {file, rows}"
+def write_part(df, folder, i:int|str, row_group_rows:int)->dict|None:
+    "Write processed rows `df` as part file `i` (a number, or a name such as '00003.001') of `folder` (nothing for no rows): {file, rows}"
     if not len(df): return None
-    fn = f'part.{i:05d}.parquet'
+    fn = f'part.{i:05d}.parquet' if isinstance(i, int) else f'part.{i}.parquet'
     write_parquet(df, Path(folder)/fn, row_group_rows)
     return dict(file=fn, rows=len(df))
 

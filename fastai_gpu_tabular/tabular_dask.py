@@ -567,13 +567,16 @@ def _processed(part, procs:list, names:dict, pass_names:list):
     out = processed_frame(items, names, pass_names, code_types(procs, names))
     return out.assign(**{_POS: items[_POS].values, _VALID: items[_VALID].values})
 
-def _write(part, folder, i:int, row_group_rows:int, split:str|None=None)->dict:
-    "Write a processed partition's training and validation rows as part file `i` of `folder`'s `train/` and `valid/`"
-    v = part[_VALID]
-    res = {}
+def _write(part, folder, i:int, row_group_rows:int, part_rows:int, split:str|None=None)->dict:
+    """Write a processed partition's training and validation rows as part files `i`.000, `i`.001, ... of `folder`'s `train/` and
+    `valid/`, of at most `part_rows` rows each (a large partition's file would outgrow what a reader holds at once: libcudf's writer
+    failed on a 21M-row one)"""
+    v,res = part[_VALID],{}
     for k,rows in (('train', ~v), ('valid', v)):
-        if split in (None, k): res[k] = write_part(part[rows].drop(columns=[c for c in (_POS, _VALID, '_key') if c in part.columns]),
-                                                  Path(folder)/k, i, row_group_rows)
+        if split not in (None, k): continue
+        df = part[rows].drop(columns=[c for c in (_POS, _VALID, '_key') if c in part.columns])
+        res[k] = [write_part(df.iloc[s:s+part_rows], Path(folder)/k, f'{i:05d}.{s//part_rows:03d}', row_group_rows)
+                  for s in range(0, len(df), part_rows)]
     return res
 
 def _shuffle_key(part, seed:int):
@@ -586,6 +589,7 @@ def to_parquet(self:TabularDask,
     path, # Folder to write (see the processed format)
     pass_names=(), # Columns written unprocessed, e.g. a raw user id for ranking metrics
     row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~16 MiB: `row_group_rows_for`)
+    part_rows:int=4_194_304, # Most rows of a part file (`TabularGPU.to_parquet`'s): a larger partition is written as several
     shuffle_seed:int|None=None, # Write the training rows globally shuffled by a key seeded by this (a dask shuffle)
     overwrite:bool=False, # Replace `path` if it exists
 ):
@@ -600,11 +604,12 @@ def to_parquet(self:TabularDask,
     out = prep.map_partitions(_processed, delayed(procs, traverse=False), names, list(pass_names), meta=meta)
     row_group_rows = row_group_rows or row_group_rows_for({n: t for n,t in meta.dtypes.items() if n not in (_POS, _VALID)}, self.mh_names)
     with building(path, overwrite) as tmp, _timed(self, 'write'):
-        if shuffle_seed is None: res = _compute(*[delayed(_write)(p, tmp, i, row_group_rows) for i,p in enumerate(out.to_delayed())])
+        w = lambda p, i, split=None: delayed(_write)(p, tmp, i, row_group_rows, part_rows, split)
+        if shuffle_seed is None: res = _compute(*[w(p, i) for i,p in enumerate(out.to_delayed())])
         else:
             tr = out[~out[_VALID]].map_partitions(_shuffle_key, shuffle_seed).sort_values('_key')
-            res = _compute(*[delayed(_write)(p, tmp, i, row_group_rows, 'train') for i,p in enumerate(tr.to_delayed())],
-                           *[delayed(_write)(p, tmp, i, row_group_rows, 'valid') for i,p in enumerate(out.to_delayed())])
-        parts = {k: [r[k] for r in res if k in r] for k in ('train', 'valid')}
+            res = _compute(*[w(p, i, 'train') for i,p in enumerate(tr.to_delayed())],
+                           *[w(p, i, 'valid') for i,p in enumerate(out.to_delayed())])
+        parts = {k: [f for r in res for f in r.get(k, ())] for k in ('train', 'valid')}
         write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed)
     return Path(path)

@@ -3,7 +3,7 @@ synchronous scheduler for the hypothesis frames, on a cluster smaller than its d
 from the command line. Its fitted state and output must be `TabularGPU`'s (and fastai's), row for row."""
 import json, logging, os, socket, subprocess, sys, time
 from pathlib import Path
-import dask, dask.dataframe as dd, numpy as np, pandas as pd, pytest
+import dask, dask.dataframe as dd, numpy as np, pandas as pd, pyarrow.parquet as pq, pytest
 from hypothesis import given, settings, assume, HealthCheck, strategies as st
 from fastai.tabular.core import TabularPandas, Categorify as FCategorify, FillMissing as FFillMissing
 from fastai.data.transforms import Normalize as FNormalize, ColSplitter
@@ -206,6 +206,21 @@ def test_footers_of_a_read_whose_row_groups_dask_fuses(tmp_path):
     assert 'layout' not in td.timings
     ref = TabularGPU(df[['a', 'x', 'y']], **kw)
     assert_same_state(ref, td)
+    ref.to_parquet(tmp_path/'mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
+def test_a_large_partition_is_written_as_part_files_of_part_rows(tmp_path):
+    "`part_rows` bounds every part file, whatever the partitions' size; the rows, in order, are `TabularGPU`'s"
+    rng, n = np.random.default_rng(9), 12_000
+    df = pd.DataFrame({'a': rng.integers(0, 300, n), 'x': rng.standard_normal(n), 'y': rng.integers(0, 2, n)})
+    kw = dict(cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), procs=PROCS, splits=RandomRowSplit(0.25, seed=1))
+    with dask.config.set(scheduler='sync'):
+        td = TabularDask(dd.from_pandas(df, npartitions=2), progress=False, **kw)
+        td.to_parquet(tmp_path/'dask', part_rows=1_000)
+    info = json.loads((tmp_path/'dask'/'dataset.json').read_text())
+    rows = {k: [pq.ParquetFile(tmp_path/'dask'/f).metadata.num_rows for f in info[k]['files']] for k in ('train', 'valid')}
+    assert max(rows['train'] + rows['valid']) <= 1_000 and len(rows['train']) >= 9 and sum(rows['train']) == info['train']['rows']
+    ref = TabularGPU(df, **kw)
     ref.to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 

@@ -60,7 +60,7 @@ def test_group_ids_stay_exact_in_memory_streamed_and_on_dask(tmp_path):
         td = TabularDask(dd.from_pandas(df, npartitions=3), procs=PROCS, cat_names=['a'], cont_names=['x'], y_names='y',
                          y_block=CategoryBlock(), splits=SPLIT, progress=False)
         path = td.to_parquet(tmp_path/'dask', pass_names=IDS, row_group_rows=400)
-    assert pq.read_schema(path/'valid'/'part.00000.parquet').field('user').type == pa.float64()
+    assert pq.read_schema(path/'valid'/'part.00000.000.parquet').field('user').type == pa.float64()
     check_ids(valid_extras(TabularDataLoaders.from_processed(path, bs=256, shuffle=False, device='cpu', extra_names=IDS).valid), df)
 
 def test_a_float_column_narrows_only_where_it_is_continuous_or_exact():
