@@ -760,6 +760,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.write_part': ( 'tabular.html#write_part',
                                                                                        'fastai_gpu_tabular/tabular.py'),
+                                            'fastai_gpu_tabular.tabular.write_parts': ( 'tabular.html#write_parts',
+                                                                                        'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular.write_values': ( 'tabular.html#write_values',
                                                                                          'fastai_gpu_tabular/tabular.py')},
             'fastai_gpu_tabular.tabular_dask': { 'fastai_gpu_tabular.tabular_dask.TabularDask': ( 'tabular_dask.html#tabulardask',

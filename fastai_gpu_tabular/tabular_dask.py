@@ -575,8 +575,8 @@ def _write(part, folder, i:int, row_group_rows:int, part_rows:int, split:str|Non
     for k,rows in (('train', ~v), ('valid', v)):
         if split not in (None, k): continue
         df = part[rows].drop(columns=[c for c in (_POS, _VALID, '_key') if c in part.columns])
-        res[k] = [write_part(df.iloc[s:s+part_rows], Path(folder)/k, f'{i:05d}.{s//part_rows:03d}', row_group_rows)
-                  for s in range(0, len(df), part_rows)]
+        res[k] = write_parts(((f'{i:05d}.{s//part_rows:03d}', df.iloc[s:s+part_rows]) for s in range(0, len(df), part_rows)),
+                             Path(folder)/k, row_group_rows)
     return res
 
 def _shuffle_key(part, seed:int):

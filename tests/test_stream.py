@@ -217,3 +217,27 @@ def test_default_mem_bytes_is_capped_so_an_epoch_streams(big, monkeypatch):
     dl = ParquetDataLoader(path, bs=4096, shuffle=True, seed=1)
     assert dl.mem_bytes is None and dl.window_bytes() == ParquetDataLoader(path, bs=4096, mem_bytes=mem).window_bytes()
     assert len(dl.windows()) >= 10
+
+def test_write_parts_holds_at_most_threads_frames_and_keeps_order(tmp_path, monkeypatch):
+    "Part files written `threads` at once: results in the items' order, frames taken only as threads free up, a failed write raises"
+    import threading, time
+    import fastai_gpu_tabular.tabular as tab
+    made, done, most, lock = [0], [0], [0], threading.Lock()
+    def items():
+        for i in range(7):
+            made[0] += 1
+            with lock: most[0] = max(most[0], made[0] - done[0])
+            yield i, pd.DataFrame({'a': np.arange(i + 1, dtype='int8')})
+    def slow(df, folder, i, rg, f=tab.write_part):
+        time.sleep(0.05); r = f(df, folder, i, rg)
+        with lock: done[0] += 1
+        return r
+    monkeypatch.setattr(tab, 'write_part', slow)
+    res = tab.write_parts(items(), tmp_path, 100, threads=2)
+    assert [r['rows'] for r in res] == list(range(1, 8)) and [r['file'] for r in res] == [f'part.{i:05d}.parquet' for i in range(7)]
+    assert most[0] <= 3 and pq.read_table(tmp_path/'part.00006.parquet').num_rows == 7  # 2 being written, 1 being made
+    def bad(df, folder, i, rg):
+        if i == 3: raise OSError('disk full')
+        return {'file': i, 'rows': len(df)}
+    monkeypatch.setattr(tab, 'write_part', bad)
+    with pytest.raises(OSError, match='disk full'): tab.write_parts(items(), tmp_path, 100, threads=2)
