@@ -6,9 +6,10 @@ against the package's own `write_part` (the baseline, first row) in the same pro
     python bench/bench_write.py --rows 8000000       # larger partitions (`--blocksize`), part files written by threads
 
 Rows: `processed_frame` (the types and nulls before the writer), `write_part` as the package calls it (to the --dir disk
-and to /dev/shm), compression off / LZ4 / ZSTD, one row group a file, larger row groups, the host copy alone (`to_arrow`), the frame
-as 2 or 4 part files written by 1, 2 or 4 threads (libcudf's writer releases the GIL), and the same write in a
-child process with `KVIKIO_NTHREADS=8` (libcudf's file writes through KvikIO's thread pool) and with KvikIO off."""
+and to /dev/shm), compression off / LZ4 / ZSTD, one row group a file, larger row groups, no dictionary encoding, larger
+pages, header version 2, the host copy alone (`to_arrow`), the frame as 2 or 4 part files written by 1, 2 or 4 threads
+(libcudf's writer releases the GIL), and the same write in a child process with `KVIKIO_NTHREADS=8` (libcudf's file writes
+through KvikIO's thread pool) and with KvikIO off; each with the megabytes it wrote."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -55,7 +56,10 @@ def main():
              ('compression=None', w(compression=None)), ("compression='LZ4'", w(compression='LZ4')),
              ("compression='ZSTD'", w(compression='ZSTD')), ('one row group', w(row_group_size_rows=a.rows)),
              ("statistics='NONE'", w(statistics='NONE')), ('to_arrow (host copy only)', lambda: df.to_arrow()),
-             *[(f'row groups of {r:,} rows', w(row_group_size_rows=r)) for r in (2*rg, 4*rg)]]
+             *[(f'row groups of {r:,} rows', w(row_group_size_rows=r)) for r in (2*rg, 4*rg)],
+             ('use_dictionary=False', w(use_dictionary=False)), ('max_page_size_rows=100,000', w(max_page_size_rows=100_000)),
+             ("header_version='2.0'", w(header_version='2.0')),
+             ('use_dictionary=False, row groups of 4x', w(use_dictionary=False, row_group_size_rows=4*rg))]
     from concurrent.futures import ThreadPoolExecutor
     def parts(k, t):  # the frame as `k` part files (write_part each), written by `t` threads
         n = -(-len(df) // k)
@@ -65,8 +69,10 @@ def main():
     cases += [(f'{k} part files of {-(-a.rows // k):,} rows, {t} thread(s)', parts(k, t)) for k,t in ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4))]
     rows = []
     for name, f in cases:
+        for d in dirs.values(): shutil.rmtree(d); d.mkdir()
         s = timed(f, repeats=a.repeats)[0]
-        rows.append(dict(path=name, ms=round(s*1e3, 1), gb_s=round(nbytes/s/1e9, 2)))
+        written = sum(p.stat().st_size for d in dirs.values() for p in d.iterdir())
+        rows.append(dict(path=name, ms=round(s*1e3, 1), gb_s=round(nbytes/s/1e9, 2), mb_written=round(written/1e6, 1)))
         print(rows[-1], flush=True)
     for name, env in [('KVIKIO_NTHREADS=8 (child)', dict(KVIKIO_NTHREADS='8')), ('KVIKIO_COMPAT_MODE=ON (child)', dict(KVIKIO_COMPAT_MODE='ON')),
                       ('default env (child)', {})]:
@@ -87,7 +93,7 @@ def main():
     base = rows[0]['ms']
     for r in rows: r['vs_package'] = round(base / r['ms'], 2)
     for d in dirs.values(): shutil.rmtree(d, ignore_errors=True)
-    report('write_criteo' + ('' if a.rows == 1_000_000 else f'_{a.rows}'), rows, ['path', 'ms', 'gb_s', 'vs_package'],
+    report('write_criteo' + ('' if a.rows == 1_000_000 else f'_{a.rows}'), rows, ['path', 'ms', 'gb_s', 'mb_written', 'vs_package'],
            dict(bench='write', rows_written=a.rows, bytes_in_memory=nbytes, row_group_rows=rg, dir=a.dir))
 
 if __name__ == '__main__': main()
