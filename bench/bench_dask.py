@@ -35,6 +35,7 @@ def main():
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
     p.add_argument('--input', default=None, help='folder for the input files: written there if it has none (and kept), else read '
                    'as they are (--rows, --rg, --shape must be those it was written with): runs in several processes share one input')
+    p.add_argument('--row-group-rows', type=int, default=None, help="rows of the written row groups (default `to_parquet`'s: ~16 MiB)")
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
                    "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default `read_dask`'s (GPU: `GPU_BLOCKSIZE`; CPU: a row group)")
     a = p.parse_args()
@@ -88,7 +89,7 @@ def main():
         by = _parquet_parts(a.blocksize, gpu)  # `read_dask`'s (fgt-prep --dask)
         read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
         def run(cls=TabularDask, **k):
-            to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out'); return to
+            to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out', row_group_rows=a.row_group_rows); return to
         w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '') + ('' if lim == 'default' else
             f', device_memory_limit {lim} (input {in_bytes/1e9:.1f} GB)')
         s1 = timed(f'TabularDask, {w}', run)
@@ -97,7 +98,7 @@ def main():
         if a.ref_module: timed(f'{a.ref_module}.TabularDask, {w}', lambda: run(importlib.import_module(a.ref_module).TabularDask))
         client.close(); client.cluster.close()
     if a.rows <= a.in_memory_max:
-        def mem(g): TabularGPU(read_frame_all(files, g), **kw).to_parquet(tmp/'out')
+        def mem(g): TabularGPU(read_frame_all(files, g), **kw).to_parquet(tmp/'out', row_group_rows=a.row_group_rows)
         def read_frame_all(fs, g):
             import pandas as pd
             if g: import cudf; return cudf.concat([cudf.read_parquet(f) for f in fs], ignore_index=True)
@@ -108,7 +109,8 @@ def main():
     for r in rows: r['vs_1_worker'] = round(base / r['seconds'], 2)
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
     report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'],
-           dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes, blocksize=a.blocksize))
+           dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes, blocksize=a.blocksize,
+                written_row_group_rows=a.row_group_rows))
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == '__main__': main()

@@ -40,6 +40,7 @@ p.add_argument('--mem-frac', type=float, default=0.1, help='mem_bytes as a share
 p.add_argument('--dir', default='/tmp/fgt_bench_stream', help='where the processed folder is written')
 p.add_argument('--reader', default='pyarrow', choices=['pyarrow', 'cudf'], help="the streaming loader's `reader`")
 p.add_argument('--name', default='stream', help='results file: bench/results/NAME.json')
+p.add_argument('--row-group-rows', type=int, default=None, help="the processed folder's row groups (default `to_parquet`'s: ~16 MiB)")
 p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], help='the rows: `synth_movielens` or `synth_criteo`')
 p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
 p.add_argument('--prefetch', type=int, nargs='+', default=[2], help="the streaming loader's windows read ahead at once, a row each")
@@ -60,7 +61,7 @@ if a.shape == 'criteo':
                     y_block=CategoryBlock(), **CRITEO_SCHEMA)
 else: to = synth_tabular(synth_movielens(a.rows, gpu=True))
 path = Path(a.dir)/'processed'
-if rank0: to.to_parquet(path, overwrite=True)
+if rank0: to.to_parquet(path, overwrite=True, row_group_rows=a.row_group_rows)
 if world > 1: torch.distributed.barrier()
 src = ProcessedSplit(path)
 mem = int(src.nbytes.sum()*a.mem_frac)
@@ -95,7 +96,7 @@ def pyarrow_epoch(bs):
     return it
 
 rows, meta = [], dict(bench='stream', shape=a.shape, emb_opt=a.emb_opt, cap=a.cap if a.shape == 'criteo' else None, reader=a.reader, n_rows=a.rows, train_rows=src.n, layers=LAYERS, repeats=a.repeats, world_size=world,
-                      data_bytes=int(src.nbytes.sum()), mem_bytes=mem, row_groups=len(src.groups))
+                      data_bytes=int(src.nbytes.sum()), mem_bytes=mem, row_groups=len(src.groups), row_group_rows=int(src.rows.max()))
 for bs,emb,pf in [(bs, emb, pf) for bs in a.bs for emb in (a.emb_dim or [None]) for pf in a.prefetch]:
     if pf == a.prefetch[0]:  # the resident baseline: once a batch size and width
         res_dls = to.dataloaders(bs=bs, seed=0)
