@@ -6,7 +6,9 @@ against the package's own `write_part` (the baseline, first row) in the same pro
     python bench/bench_write.py --rows 8000000       # larger partitions (`--blocksize`), part files written by threads
 
 Rows: `processed_frame` (the types and nulls before the writer), `write_part` as the package calls it (to the --dir disk
-and to /dev/shm), compression off / LZ4 / ZSTD, one row group a file, larger row groups, no dictionary encoding, larger
+and to /dev/shm; since issue 29's tenth session libcudf encodes into a host buffer written at once), libcudf's file sink
+(`to_parquet(path)`: what `write_part` did before, each column chunk written by itself; the option rows below use it), the
+host buffer synced to the disk (`fsync`) and with fewer row groups, compression off / LZ4 / ZSTD, one row group a file, larger row groups, no dictionary encoding, larger
 pages, header version 2, the host copy alone (`to_arrow`), the frame as 2 or 4 part files written by 1, 2 or 4 threads
 (libcudf's writer releases the GIL), and the same write in a child process with `KVIKIO_NTHREADS=8` (libcudf's file writes
 through KvikIO's thread pool) and with KvikIO off; each with the megabytes it wrote."""
@@ -42,6 +44,7 @@ def main():
     p.add_argument('--rows', type=int, default=1_000_000)
     p.add_argument('--dir', default='/tmp', help='the disk written (the bench_dask output folder is under /tmp)')
     p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--only', default=None, help="comma-separated words: run only the rows whose name holds one (the first row always)")
     p.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child: return child(a)
@@ -52,7 +55,20 @@ def main():
     def w(where='disk', **kw):
         if not kw: return lambda: write_part(df, dirs[where], 0, rg)
         return lambda: df.to_parquet(dirs[where]/'part.00000.parquet', index=False, **{'row_group_size_rows': rg, **kw})
+    def buffered(where='disk', sync=False, **kw):  # encoded into host memory, then written at once (and synced)
+        def f():
+            import io
+            buf = io.BytesIO()
+            df.to_parquet(buf, index=False, **{'row_group_size_rows': rg, **kw})
+            with open(dirs[where]/'part.00000.parquet', 'wb') as fh:
+                fh.write(buf.getbuffer())
+                if sync: fh.flush(); os.fsync(fh.fileno())
+        return f
     cases = [('write_part (the package)', w()), ('write_part to /dev/shm', w('shm')), ('processed_frame (before the writer)', pf),
+             ("libcudf's file sink (to_parquet(path))", w(row_group_size_rows=rg)),
+             ("libcudf's file sink to /dev/shm", lambda: df.to_parquet(dirs['shm']/'part.00000.parquet', index=False, row_group_size_rows=rg)),
+             ('host buffer, one write, fsync', buffered(sync=True)), ('host buffer, row groups of 4x', buffered(row_group_size_rows=4*rg)),
+             ('host buffer, one row group', buffered(row_group_size_rows=a.rows)),
              ('compression=None', w(compression=None)), ("compression='LZ4'", w(compression='LZ4')),
              ("compression='ZSTD'", w(compression='ZSTD')), ('one row group', w(row_group_size_rows=a.rows)),
              ("statistics='NONE'", w(statistics='NONE')), ('to_arrow (host copy only)', lambda: df.to_arrow()),
@@ -67,6 +83,7 @@ def main():
         if t == 1: return lambda: [f(j) for j in range(k)]
         return lambda: list(ThreadPoolExecutor(t).map(f, range(k)))
     cases += [(f'{k} part files of {-(-a.rows // k):,} rows, {t} thread(s)', parts(k, t)) for k,t in ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4))]
+    if a.only: cases = cases[:1] + [c for c in cases[1:] if any(k.strip() in c[0] for k in a.only.split(','))]
     rows = []
     for name, f in cases:
         for d in dirs.values(): shutil.rmtree(d); d.mkdir()
@@ -74,7 +91,7 @@ def main():
         written = sum(p.stat().st_size for d in dirs.values() for p in d.iterdir())
         rows.append(dict(path=name, ms=round(s*1e3, 1), gb_s=round(nbytes/s/1e9, 2), mb_written=round(written/1e6, 1)))
         print(rows[-1], flush=True)
-    for name, env in [('KVIKIO_NTHREADS=8 (child)', dict(KVIKIO_NTHREADS='8')), ('KVIKIO_COMPAT_MODE=ON (child)', dict(KVIKIO_COMPAT_MODE='ON')),
+    for name, env in [] if a.only else [('KVIKIO_NTHREADS=8 (child)', dict(KVIKIO_NTHREADS='8')), ('KVIKIO_COMPAT_MODE=ON (child)', dict(KVIKIO_COMPAT_MODE='ON')),
                       ('default env (child)', {})]:
         r = subprocess.run([sys.executable, __file__, '--child', '--rows', str(a.rows), '--dir', a.dir, '--repeats', str(a.repeats)],
                            env={**os.environ, **env}, capture_output=True, text=True)

@@ -97,6 +97,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                          'fastai_gpu_tabular.data._parquet_parts': ( 'data.html#_parquet_parts',
                                                                                      'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._unit': ('data.html#_unit', 'fastai_gpu_tabular/data.py'),
+                                         'fastai_gpu_tabular.data._workers': ('data.html#_workers', 'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._zipf_draw': ('data.html#_zipf_draw', 'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data._zipf_ranks': ('data.html#_zipf_ranks', 'fastai_gpu_tabular/data.py'),
                                          'fastai_gpu_tabular.data.categorify': ('data.html#categorify', 'fastai_gpu_tabular/data.py'),

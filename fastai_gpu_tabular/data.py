@@ -215,18 +215,26 @@ def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=
 # %% ../nbs/03_data.ipynb #6f946626
 GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's memory (bench/NOTES.md: a partition costs ~0.2 s more)
 
+def _workers()->int:
+    "Workers of the active dask client (1 without one)"
+    try:
+        from distributed import default_client
+        return max(len(default_client().scheduler_info()['workers']), 1)
+    except (ImportError, ValueError): return 1
+
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
-    partition on the CPU, `GPU_BLOCKSIZE` of the device's memory on the GPU"""
+    partition on the CPU, on the GPU `GPU_BLOCKSIZE` of the device's memory shared by the active client's workers (each gets as
+    many partitions as one worker would: a pass ends when its last partition does)"""
     if blocksize is None and not gpu: return dict(split_row_groups=True)
-    return dict(split_row_groups='adaptive', blocksize=ifnone(blocksize, GPU_BLOCKSIZE), aggregate_files=True)
+    return dict(split_row_groups='adaptive', blocksize=ifnone(blocksize, GPU_BLOCKSIZE / _workers()), aggregate_files=True)
 
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
-                                 # on the CPU, 1/64 of the GPU's memory on the GPU (`GPU_BLOCKSIZE`)
+                                 # on the CPU, 1/64 of the GPU's memory (`GPU_BLOCKSIZE`) over the active client's workers on the GPU
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"

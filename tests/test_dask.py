@@ -394,6 +394,12 @@ def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'dask dashboard: http' in r.stdout and 'workers 1 same True' in r.stdout
 
+def test_gpu_partitions_by_default_are_shared_by_the_clients_workers(client):
+    "On the GPU the default partitions hold `GPU_BLOCKSIZE` of the device over the workers (2 here): each gets one worker's count"
+    from fastai_gpu_tabular.data import _parquet_parts, GPU_BLOCKSIZE
+    assert _parquet_parts(None, True) == dict(split_row_groups='adaptive', blocksize=GPU_BLOCKSIZE/2, aggregate_files=True)
+    assert _parquet_parts('1GB', True)['blocksize'] == '1GB' and _parquet_parts(None, False) == dict(split_row_groups=True)
+
 def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp_path):
     from fastai_gpu_tabular.data import main as prep, read_dask
     flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)

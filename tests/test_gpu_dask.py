@@ -94,3 +94,25 @@ def test_footers_split_out_and_float64_columns_on_cudf(tmp_path):
     assert min(ref.procs.categorify.vocab['u']) >= 2**63  # not wrapped through int64
     ref.to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
+@pytest.mark.gpu2
+def test_two_cuda_workers_on_click_logs_equal_tabulargpu(tmp_path):
+    """Criteo's 26 id and 13 count columns from several files on two workers (both given partitions), value counts merged in
+    pieces, partitions written as part files: `TabularGPU`'s state and rows on cuDF"""
+    from distributed import get_task_stream
+    from fastai_gpu_tabular.backend import read_frame
+    synth_criteo(1_200_000, cap=200_000, gpu=True, path=tmp_path/'in', file_rows=300_000)
+    cols = {k: list(v) if isinstance(v, tuple) else v for k, v in CRITEO_SCHEMA.items()}
+    kw = dict(procs=[Categorify(freq_threshold=2), FillMissing, Normalize], y_block=CategoryBlock(), splits=RandomRowSplit(0.2, seed=3))
+    cluster, client = cuda_client(2)
+    try:
+        ddf, _ = read_dask(str(tmp_path/'in'), gpu=True, blocksize='8MB', **cols)
+        with get_task_stream(client) as ts:
+            td = TabularDask(ddf, progress=False, split_out=2, **kw, **cols)
+            td.to_parquet(tmp_path/'dask', part_rows=100_000)
+    finally: client.close(); cluster.close()
+    assert len(ddf.to_delayed()) >= 4 and len({t['worker'] for t in ts.data}) == 2
+    ref = TabularGPU(read_frame(tmp_path/'in', gpu=True), **kw, **cols)  # the files in order
+    assert_same_state(ref, td)
+    ref.to_parquet(tmp_path/'mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
