@@ -6,10 +6,9 @@ against the package's own `write_part` (the baseline, first row) in the same pro
     python bench/bench_write.py --rows 8000000       # larger partitions (`--blocksize`), part files written by threads
 
 Rows: `processed_frame` (the types and nulls before the writer), `write_part` as the package calls it (to the --dir disk
-and to /dev/shm; since issue 29's tenth session libcudf encodes into a host buffer written at once), libcudf's file sink
-(`to_parquet(path)`: what `write_part` did before, each column chunk written by itself; the option rows below use it), the
-host buffer synced to the disk (`fsync`) and with fewer row groups, compression off / LZ4 / ZSTD, one row group a file, larger row groups, no dictionary encoding, larger
-pages, header version 2, the host copy alone (`to_arrow`), the frame as 2 or 4 part files written by 1, 2 or 4 threads
+and to /dev/shm: libcudf's file sink, which writes each column chunk by itself), the file encoded into a host buffer
+(`BytesIO`) and written at once (to the disk, synced or not, to /dev/shm, with fewer row groups), compression off / LZ4 /
+ZSTD, one row group a file, larger row groups, no dictionary encoding, larger pages, header version 2, the host copy alone (`to_arrow`), the frame as 2 or 4 part files written by 1, 2 or 4 threads
 (libcudf's writer releases the GIL), and the same write in a child process with `KVIKIO_NTHREADS=8` (libcudf's file writes
 through KvikIO's thread pool) and with KvikIO off; each with the megabytes it wrote."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
@@ -65,8 +64,7 @@ def main():
                 if sync: fh.flush(); os.fsync(fh.fileno())
         return f
     cases = [('write_part (the package)', w()), ('write_part to /dev/shm', w('shm')), ('processed_frame (before the writer)', pf),
-             ("libcudf's file sink (to_parquet(path))", w(row_group_size_rows=rg)),
-             ("libcudf's file sink to /dev/shm", lambda: df.to_parquet(dirs['shm']/'part.00000.parquet', index=False, row_group_size_rows=rg)),
+             ('host buffer, one write', buffered()), ('host buffer, one write, to /dev/shm', buffered('shm')),
              ('host buffer, one write, fsync', buffered(sync=True)), ('host buffer, row groups of 4x', buffered(row_group_size_rows=4*rg)),
              ('host buffer, one row group', buffered(row_group_size_rows=a.rows)),
              ('compression=None', w(compression=None)), ("compression='LZ4'", w(compression='LZ4')),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_backend.ipynb #4ebb0043
 from __future__ import annotations
-import functools, glob, importlib, io
+import functools, glob, importlib
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.basics import *
@@ -77,13 +77,9 @@ def read_frame(path, gpu:bool|None=None):
 
 def write_parquet(df, path, row_group_rows:int=131_072):
     "Write frame `df` (cuDF or pandas) to parquet file `path` in row groups of `row_group_rows`, without its index"
-    if is_cudf(df):  # encoded into host memory, then one write: libcudf's file sink writes each column chunk by itself
-        buf = io.BytesIO()
-        df.to_parquet(buf, index=False, row_group_size_rows=row_group_rows)
-        Path(path).write_bytes(buf.getbuffer())
-    else:
-        import pyarrow as pa, pyarrow.parquet as pq
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=row_group_rows)
+    if is_cudf(df): return df.to_parquet(path, index=False, row_group_size_rows=row_group_rows)
+    import pyarrow as pa, pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=row_group_rows)
 
 # %% ../nbs/00_backend.ipynb #c9f4a1bf
 def nans_to_nulls(df):

@@ -122,14 +122,3 @@ def test_column_helpers_on_cudf_equal_pandas():
         g, p = clean_conts(gdf.copy(), ['c', 'e', 'h']), clean_conts(pdf.copy(), ['c', 'e', 'h'])
     assert sum("'c' has 1 infinite" in str(o.message) for o in w) == 2
     pd.testing.assert_frame_equal(g.to_pandas()[['c', 'e', 'h']], p[['c', 'e', 'h']], check_dtype=False)
-
-def test_write_parquet_on_cudf_writes_what_libcudfs_file_sink_writes(tmp_path):
-    "cuDF frames are encoded into a host buffer and written at once: the rows, nulls, types and row groups of libcudf's file sink"
-    import cudf, pyarrow.parquet as pq
-    df = to_backend(synth_movielens(50_000).drop(columns=['genres']), gpu=True)
-    df['days'] = df['days'].where(df['days'] > 10)  # nulls
-    write_parquet(df, tmp_path/'a.parquet', row_group_rows=8_192)
-    df.to_parquet(tmp_path/'b.parquet', index=False, row_group_size_rows=8_192)
-    a, b = pq.ParquetFile(tmp_path/'a.parquet'), pq.ParquetFile(tmp_path/'b.parquet')
-    assert a.metadata.num_row_groups == b.metadata.num_row_groups == 7 and a.read().equals(b.read())
-    pd.testing.assert_frame_equal(cudf.read_parquet(tmp_path/'a.parquet').to_pandas(), df.reset_index(drop=True).to_pandas())
