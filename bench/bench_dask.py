@@ -38,6 +38,8 @@ def main():
     p.add_argument('--row-group-rows', type=int, default=None, help="rows of the written row groups (default `to_parquet`'s: ~16 MiB)")
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
                    "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default `read_dask`'s (GPU: `GPU_BLOCKSIZE`; CPU: a row group)")
+    p.add_argument('--tasks', action='store_true', help="each TabularDask run's task stream summed by worker and task name (where "
+                   "a worker's time goes, and how long it waits), in the results file")
     a = p.parse_args()
     import dask.dataframe as dd
     from distributed import Client
@@ -79,7 +81,7 @@ def main():
         print(rows[-1], flush=True)
         shutil.rmtree(tmp/'out', ignore_errors=True)
         return s
-    secs = {}
+    secs, tasks = {}, []
     in_bytes = sum(f.stat().st_size for f in files)
     for n, th, lim in [(int(o), int(t), m) for o in a.workers.split(',') for t in a.threads.split(',') for m in a.device_limits.split(',')]:
         if gpu and n > __import__('torch').cuda.device_count(): print(f'{n} workers: skipped, fewer GPUs here'); continue
@@ -89,7 +91,11 @@ def main():
         by = _parquet_parts(a.blocksize, gpu)  # `read_dask`'s (fgt-prep --dask)
         read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
         def run(cls=TabularDask, **k):
-            to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out', row_group_rows=a.row_group_rows); return to
+            from distributed import get_task_stream
+            with get_task_stream(client) as ts:
+                to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out', row_group_rows=a.row_group_rows)
+            if a.tasks: tasks.append(dict(run=f'{cls.__module__}, {n} worker(s)', **task_summary(ts.data)))
+            return to
         w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '') + ('' if lim == 'default' else
             f', device_memory_limit {lim} (input {in_bytes/1e9:.1f} GB)')
         s1 = timed(f'TabularDask, {w}', run)
@@ -110,7 +116,24 @@ def main():
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
     report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'],
            dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes, blocksize=a.blocksize,
-                written_row_group_rows=a.row_group_rows))
+                written_row_group_rows=a.row_group_rows, **({'tasks': tasks} if tasks else {})))
+    for t in tasks: print(t)
     shutil.rmtree(tmp, ignore_errors=True)
+
+def task_summary(data)->dict:
+    "Seconds of dask's task stream `data` by worker: computing by task name, transfers and disk, and the span from first to last task"
+    from collections import defaultdict
+    from dask.utils import key_split
+    out = {}
+    for w in sorted({t['worker'] for t in data}):
+        by, t0, t1 = defaultdict(float), float('inf'), 0.
+        for t in (t for t in data if t['worker'] == w):
+            name = key_split(t['key'])
+            for ss in t['startstops']:
+                by[name if ss['action'] == 'compute' else ss['action']] += ss['stop'] - ss['start']
+                t0, t1 = min(t0, ss['start']), max(t1, ss['stop'])
+        out[w] = dict(span=round(t1 - t0, 2), busy=round(sum(by.values()), 2), tasks=len([t for t in data if t['worker'] == w]),
+                      by={k: round(v, 2) for k, v in sorted(by.items(), key=lambda o: -o[1])[:12]})
+    return out
 
 if __name__ == '__main__': main()
