@@ -117,23 +117,26 @@ def main():
     report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'],
            dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes, blocksize=a.blocksize,
                 written_row_group_rows=a.row_group_rows, **({'tasks': tasks} if tasks else {})))
-    for t in tasks: print(t)
+    for t in tasks: print(t['run'], t['workers'])
     shutil.rmtree(tmp, ignore_errors=True)
 
 def task_summary(data)->dict:
-    "Seconds of dask's task stream `data` by worker: computing by task name, transfers and disk, and the span from first to last task"
+    """Seconds of dask's task stream `data` by worker (computing by task name, transfers and disk, the span from its first to its
+    last task), and the timeline: [worker, task name, partition, start, stop] of each step, in seconds from the first"""
     from collections import defaultdict
     from dask.utils import key_split
-    out = {}
-    for w in sorted({t['worker'] for t in data}):
-        by, t0, t1 = defaultdict(float), float('inf'), 0.
-        for t in (t for t in data if t['worker'] == w):
-            name = key_split(t['key'])
-            for ss in t['startstops']:
-                by[name if ss['action'] == 'compute' else ss['action']] += ss['stop'] - ss['start']
-                t0, t1 = min(t0, ss['start']), max(t1, ss['stop'])
-        out[w] = dict(span=round(t1 - t0, 2), busy=round(sum(by.values()), 2), tasks=len([t for t in data if t['worker'] == w]),
-                      by={k: round(v, 2) for k, v in sorted(by.items(), key=lambda o: -o[1])[:12]})
-    return out
+    ws, t0 = sorted({t['worker'] for t in data}), min((s['start'] for t in data for s in t['startstops']), default=0)
+    out, line = {}, []
+    for t in data:
+        for s in t['startstops']:
+            line.append([ws.index(t['worker']), key_split(t['key']) if s['action'] == 'compute' else s['action'],
+                         t['key'][1] if isinstance(t['key'], tuple) and len(t['key']) > 1 else None, round(s['start']-t0, 3), round(s['stop']-t0, 3)])
+    for i, w in enumerate(ws):
+        by = defaultdict(float)
+        for _, name, _, a, b in (l for l in line if l[0] == i): by[name] += b - a
+        mine = [l for l in line if l[0] == i]
+        out[w] = dict(span=round(max(l[4] for l in mine) - min(l[3] for l in mine), 2), busy=round(sum(by.values()), 2),
+                      tasks=len([t for t in data if t['worker'] == w]), by={k: round(v, 2) for k, v in sorted(by.items(), key=lambda o: -o[1])[:12]})
+    return dict(workers=out, timeline=sorted(line, key=lambda l: l[3]))
 
 if __name__ == '__main__': main()
