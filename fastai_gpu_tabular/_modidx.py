@@ -853,6 +853,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                               'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._reduce_stats': ( 'tabular_dask.html#_reduce_stats',
                                                                                                     'fastai_gpu_tabular/tabular_dask.py'),
+                                                 'fastai_gpu_tabular.tabular_dask._shared': ( 'tabular_dask.html#_shared',
+                                                                                              'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._shuffle_key': ( 'tabular_dask.html#_shuffle_key',
                                                                                                    'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._split_counts': ( 'tabular_dask.html#_split_counts',

@@ -394,6 +394,15 @@ def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'dask dashboard: http' in r.stdout and 'workers 1 same True' in r.stdout
 
+def test_fitted_procs_reach_every_worker_before_the_write_pass(client):
+    """The procs every partition's processing takes are scattered to all workers first (`_shared`): as a key of the graph dask ran
+    them late, on one worker, while the other read and prepared every partition and then sent them over (bench/NOTES.md)"""
+    from dask.delayed import Delayed
+    from fastai_gpu_tabular.tabular_dask import _shared
+    f = _shared([Categorify(), 2])
+    assert set(client.who_has(f)[f.key]) == set(client.scheduler_info()['workers']) and f.result()[1] == 2
+    with dask.config.set(scheduler='sync'): assert isinstance(_shared([1]), Delayed)  # computed here: a key of the graph
+
 def test_gpu_partitions_by_default_are_shared_by_the_clients_workers(client):
     "On the GPU the default partitions hold `GPU_BLOCKSIZE` of the device over the workers (2 here): each gets one worker's count"
     from fastai_gpu_tabular.data import _parquet_parts, GPU_BLOCKSIZE
