@@ -35,7 +35,7 @@ def main():
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
     p.add_argument('--input', default=None, help='folder for the input files: written there if it has none (and kept), else read '
                    'as they are (--rows, --rg, --shape must be those it was written with): runs in several processes share one input')
-    p.add_argument('--row-group-rows', type=int, default=None, help="rows of the written row groups (default `to_parquet`'s: ~16 MiB)")
+    p.add_argument('--row-group-rows', type=int, default=None, help="rows of the written row groups (default `to_parquet`'s: ~64 MiB)")
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
                    "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default `read_dask`'s (GPU: `GPU_BLOCKSIZE`; CPU: a row group)")
     p.add_argument('--tasks', action='store_true', help="each TabularDask run's task stream summed by worker and task name (where "

@@ -365,7 +365,7 @@ def processed_frame(df, names:dict, pass_names=(), types:dict|None=None):
     out = out.astype({**{n: 'int32' for n in names['cat_names']}, **(types or {}), **{n: 'float32' for n in names['cont_names']}})
     return nans_to_nulls(out)  # NaN as nulls, which the parquet statistics count
 
-ROW_GROUP_BYTES = 2**24  # a default row group: 16 MiB of rows, ~40 to a window of the streaming loader's default budget
+ROW_GROUP_BYTES = 2**26  # a default row group: 64 MiB of rows, ~10 to a window of the streaming loader's default budget (bench/NOTES.md)
 
 def _width(t)->int:
     "Bytes a value of type `t` takes in a batch: its item size for numbers, 16 for anything else (a hashed string, say)"
@@ -462,7 +462,7 @@ def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=()
 def to_parquet(self:TabularGPU,
     path, # Folder to write (see the processed format)
     pass_names=(), # Columns written unprocessed, e.g. a raw user id for ranking metrics
-    row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~16 MiB: `row_group_rows_for`)
+    row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~64 MiB: `row_group_rows_for`)
     part_rows:int=4_194_304, # Rows of a part file
     shuffle_seed:int|None=None, # Write the training rows in an order seeded by this (default: as they are)
     overwrite:bool=False, # Replace `path` if it exists

@@ -596,7 +596,7 @@ def _shuffle_key(part, seed:int):
 def to_parquet(self:TabularDask,
     path, # Folder to write (see the processed format)
     pass_names=(), # Columns written unprocessed, e.g. a raw user id for ranking metrics
-    row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~16 MiB: `row_group_rows_for`)
+    row_group_rows:int|None=None, # Rows of a parquet row group, the unit the streaming loader reads (default ~64 MiB: `row_group_rows_for`)
     part_rows:int=4_194_304, # Most rows of a part file (`TabularGPU.to_parquet`'s): a larger partition is written as several
     shuffle_seed:int|None=None, # Write the training rows globally shuffled by a key seeded by this (a dask shuffle)
     overwrite:bool=False, # Replace `path` if it exists
