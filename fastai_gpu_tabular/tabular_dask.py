@@ -85,7 +85,7 @@ def _empty_cache():
 
 def _shared(o):
     """`o` as an argument of every task of a graph: on a cluster scattered to every worker before the graph runs, else one key of
-    it. (As a key, dask ran it late, on one worker: another had read and prepared every partition by then, and sent them over.)"""
+    it. (As a key, dask ran it late, on one worker: another had read and prepared most partitions by then, and sent them over.)"""
     from dask import delayed
     from dask.base import get_scheduler
     client = getattr(get_scheduler(), '__self__', None)  # the `distributed.Client` that computes (not one a config overrides)
