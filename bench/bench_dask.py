@@ -91,8 +91,9 @@ def main():
         by = _parquet_parts(a.blocksize, gpu)  # `read_dask`'s (fgt-prep --dask)
         read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
         def run(cls=TabularDask, **k):
+            from contextlib import nullcontext
             from distributed import get_task_stream
-            with get_task_stream(client) as ts:
+            with get_task_stream(client) if a.tasks else nullcontext() as ts:  # the stream only when asked: it is inside the timing
                 to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out', row_group_rows=a.row_group_rows)
             if a.tasks: tasks.append(dict(run=f'{cls.__module__}, {n} worker(s)', **task_summary(ts.data)))
             return to
