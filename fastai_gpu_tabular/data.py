@@ -16,9 +16,9 @@ from fastprogress.fastprogress import progress_bar
 from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
-__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'GPU_BLOCKSIZE', 'synth_movielens',
-           'synth_criteo', 'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data', 'parse_sizes',
-           'categorify', 'read_dask', 'main']
+__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'GPU_BLOCKSIZE', 'LIMIT_BLOCKS',
+           'synth_movielens', 'synth_criteo', 'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data',
+           'parse_sizes', 'categorify', 'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -214,27 +214,36 @@ def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=
 
 # %% ../nbs/03_data.ipynb #6f946626
 GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's memory (bench/NOTES.md: a partition costs ~0.2 s more)
+LIMIT_BLOCKS = 16  # and at most this share of a dask-cuda worker's device_memory_limit: a partition held between tasks must not spill
 
-def _workers()->int:
-    "Workers of the active dask client (1 without one)"
+def _worker_blocksize(dask_worker)->int|None:
+    "Bytes a default partition may hold on dask-cuda worker `dask_worker` (None without a device_memory_limit, read as dask-cuda reads it)"
+    lim = getattr(getattr(dask_worker.data, 'device_buffer', None), 'n', None)
+    if not lim: return None
+    import torch
+    return int(min(GPU_BLOCKSIZE * torch.cuda.mem_get_info()[1], lim / LIMIT_BLOCKS))
+
+def _gpu_blocksize()->float|int:
+    "The smallest `_worker_blocksize` of the active client's workers, else `GPU_BLOCKSIZE` (dask_cudf takes it of the GPU)"
     try:
         from distributed import default_client
-        return max(len(default_client().scheduler_info()['workers']), 1)
-    except (ImportError, ValueError): return 1
+        sizes = [b for b in default_client().run(_worker_blocksize).values() if b]
+    except (ImportError, ValueError): sizes = []
+    return min(sizes, default=GPU_BLOCKSIZE)
 
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
-    partition on the CPU, on the GPU `GPU_BLOCKSIZE` of the device's memory shared by the active client's workers (each gets as
-    many partitions as one worker would: a pass ends when its last partition does)"""
+    partition on the CPU, on the GPU `_gpu_blocksize()` whatever the workers (halved for 2 workers, 2 GPUs took 17.4-18.0 s at
+    100M Criteo rows against 13.5-14.6 s at full size; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled: bench/NOTES.md)"""
     if blocksize is None and not gpu: return dict(split_row_groups=True)
-    return dict(split_row_groups='adaptive', blocksize=ifnone(blocksize, GPU_BLOCKSIZE / _workers()), aggregate_files=True)
+    return dict(split_row_groups='adaptive', blocksize=blocksize if blocksize is not None else _gpu_blocksize(), aggregate_files=True)
 
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
-                                 # on the CPU, 1/64 of the GPU's memory (`GPU_BLOCKSIZE`) over the active client's workers on the GPU
+                                 # on the CPU; on the GPU 1/64 of its memory, at most 1/16 of a worker's device_memory_limit
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"

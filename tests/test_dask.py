@@ -403,11 +403,24 @@ def test_fitted_procs_reach_every_worker_before_the_write_pass(client):
     assert set(client.who_has(f)[f.key]) == set(client.scheduler_info()['workers']) and f.result()[1] == 2
     with dask.config.set(scheduler='sync'): assert isinstance(_shared([1]), Delayed)  # computed here: a key of the graph
 
-def test_gpu_partitions_by_default_are_shared_by_the_clients_workers(client):
-    "On the GPU the default partitions hold `GPU_BLOCKSIZE` of the device over the workers (2 here): each gets one worker's count"
-    from fastai_gpu_tabular.data import _parquet_parts, GPU_BLOCKSIZE
-    assert _parquet_parts(None, True) == dict(split_row_groups='adaptive', blocksize=GPU_BLOCKSIZE/2, aggregate_files=True)
-    assert _parquet_parts('1GB', True)['blocksize'] == '1GB' and _parquet_parts(None, False) == dict(split_row_groups=True)
+def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_device_limits(monkeypatch):
+    """On the GPU a default partition holds `GPU_BLOCKSIZE` of the device with 2 workers as with one (halved, 2 GPUs were slower),
+    and at most 1/`LIMIT_BLOCKS` of the smallest dask-cuda `device_memory_limit` (1.3 GB partitions under 2.7 GB spilled: 0.2x)"""
+    import torch, fastai_gpu_tabular.data as fd
+    from distributed import Client, LocalCluster
+    from types import SimpleNamespace
+    total = 80 * 2**30
+    monkeypatch.setattr(torch.cuda, 'mem_get_info', lambda *a: (total // 2, total))  # the workers run in this process
+    def limit(lims): return lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=lims[dask_worker.address]))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, Client(cl) as c:
+        ws = list(c.scheduler_info()['workers'])
+        assert fd._parquet_parts(None, True) == dict(split_row_groups='adaptive', blocksize=fd.GPU_BLOCKSIZE, aggregate_files=True)
+        c.run(limit(dict(zip(ws, (int(0.8*total), None)))))  # dask-cuda's default limit; a worker that does not spill
+        assert fd._parquet_parts(None, True)['blocksize'] == int(total * fd.GPU_BLOCKSIZE)
+        c.run(limit(dict(zip(ws, (int(0.8*total), 2_700_000_000)))))
+        assert fd._parquet_parts(None, True)['blocksize'] == 2_700_000_000 // fd.LIMIT_BLOCKS
+        assert fd._parquet_parts('1GB', True)['blocksize'] == '1GB'
+    assert fd._parquet_parts(None, False) == dict(split_row_groups=True)
 
 def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp_path):
     from fastai_gpu_tabular.data import main as prep, read_dask
