@@ -233,8 +233,8 @@ def _gpu_blocksize()->float|int:
 
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
-    partition on the CPU, on the GPU `_gpu_blocksize()` whatever the workers (halved for 2 workers, 2 GPUs took 17.4-18.0 s at
-    100M Criteo rows against 13.5-14.6 s at full size; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled: bench/NOTES.md)"""
+    partition on the CPU, on the GPU `_gpu_blocksize()` however many workers (halved for 2 workers, they took 17.4-18.0 s on 100M
+    Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled to host and back: bench/NOTES.md)"""
     if blocksize is None and not gpu: return dict(split_row_groups=True)
     return dict(split_row_groups='adaptive', blocksize=blocksize if blocksize is not None else _gpu_blocksize(), aggregate_files=True)
 
