@@ -118,6 +118,25 @@ def test_large_vocabularies_keep_their_values_and_rare_numbers_load_as_arrays(tm
     (again,), _ = load_procs(tmp_path/'b')
     assert again.vocab == back.vocab and all(np.array_equal(again.rare[n], back.rare[n]) for n in rare)
 
+def test_pickled_vocabularies_are_lean_and_come_back_as_they_were():
+    "dask's workers get the procs pickled: numeric vocabularies go as arrays and come back the same lists (values and types)"
+    vocab = dict(i=list(range(0, 60_000, 3)), s=[f'id{i:05d}' for i in range(500)], u=[2**63 + i for i in range(300)],
+                 f=[.5*i for i in range(400)], b=[False, True], m=[True, 2, 3], e=[])
+    rare = dict(i=np.array([1, 4]), s=['r'], u=[], f=[-1.5], b=[], m=[], e=[])
+    c = Categorify.from_state(dict(freq_threshold=2, max_size=None, unseen=True, sep='|', vocab=vocab, rare=rare))
+    df = pd.DataFrame(dict(i=[0, 1, 3, 5], s=['id00001', 'r', 'x', None], u=[2**63, 2**63+299, 1, 0], f=[.5, -1.5, 2., 9.],
+                           b=[True, False, True, False], m=pd.Series([True, 2, 3, 4], dtype=object), e=[1, 2, 3, 4]))
+    enc = lambda p: {n: p._encode(n, df[n]).tolist() for n in vocab}
+    before, state = enc(c), c.__getstate__()
+    assert 'classes' not in state and '_arrays' not in state and isinstance(state['vocab']['i'], np.ndarray)
+    assert state['vocab']['m'] is vocab['m'] and state['vocab']['s'] is vocab['s']  # as an array [True, 2, 3] would be [1, 2, 3]
+    back = pickle.loads(pickle.dumps(c))
+    for n in vocab: assert back.vocab[n] == vocab[n] and [type(o) for o in back.vocab[n]] == [type(o) for o in vocab[n]], n
+    assert {n: list(v) for n,v in back.classes.items()} == {n: list(v) for n,v in c.classes.items()}
+    assert back.rare['s'] == ['r'] and back.rare['i'].tolist() == [1, 4] and enc(back) == before
+    assert before['i'][:3] == [1, 20001, 2] and before['u'][:2] == [1, 300]  # 20001: `#rare#`, after the 20,000 ids
+    assert pickle.loads(pickle.dumps(Categorify(max_size=3))).max_size == 3  # not fitted: as it was
+
 def test_fastai_procs_are_swapped_for_ours():
     from fastai.tabular.core import Categorify as FC, FillMissing as FF
     df = pd.DataFrame({'s': ['x','y'], 'a': [1., np.nan]})
