@@ -25,6 +25,15 @@ def commit():
     try: return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
     except Exception: return 'unknown'
 
+def package_hash():
+    """sha1 (12 hex digits) of the imported fastai_gpu_tabular's .py files: which code ran where the git history is stale (the
+    device machine's copy) or a `BASE` package was imported. A commit's: `git archive C fastai_gpu_tabular | tar -x -C D`, then
+    outside the repository `PYTHONPATH=D:<repo>/bench python -c 'from common import package_hash; print(package_hash())'`"""
+    import hashlib, fastai_gpu_tabular
+    h = hashlib.sha1()
+    for f in sorted(Path(fastai_gpu_tabular.__file__).parent.glob('*.py')): h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
 def report(name, rows, cols, meta):
     "Print `rows` (dicts) as a table of `cols` and write them with `meta` to bench/results/`name`.json"
     w = {c: max(len(c), *(len(f"{r.get(c, '')}") for r in rows)) for c in cols}
@@ -32,7 +41,7 @@ def report(name, rows, cols, meta):
     for r in rows: print('  '.join(f"{r.get(c, '')}".ljust(w[c]) for c in cols))
     out = Path(__file__).parent/'results'/f'{name}.json'
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(dict(meta, commit=commit(), device=device_name(), rows=rows), indent=1))
+    out.write_text(json.dumps(dict(meta, commit=commit(), package=package_hash(), device=device_name(), rows=rows), indent=1))
     return out
 
 def learner_rate(learn, bs, rows, repeats=5, warm=3, lr=1e-3):
