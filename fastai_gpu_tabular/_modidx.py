@@ -808,6 +808,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                  'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._bins': ( 'tabular_dask.html#_bins',
                                                                                             'fastai_gpu_tabular/tabular_dask.py'),
+                                                 'fastai_gpu_tabular.tabular_dask._client': ( 'tabular_dask.html#_client',
+                                                                                              'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._col_splitter': ( 'tabular_dask.html#_col_splitter',
                                                                                                     'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._compute': ( 'tabular_dask.html#_compute',

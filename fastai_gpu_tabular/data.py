@@ -225,10 +225,8 @@ def _worker_blocksize(dask_worker)->int|None:
 
 def _gpu_blocksize()->float|int:
     "The smallest `_worker_blocksize` of the active client's workers, else `GPU_BLOCKSIZE` (dask_cudf takes it of the GPU)"
-    try:
-        from distributed import default_client
-        sizes = [b for b in default_client().run(_worker_blocksize).values() if b]
-    except (ImportError, ValueError): sizes = []
+    from .tabular_dask import _client
+    sizes = [b for b in c.run(_worker_blocksize).values() if b] if (c := _client()) else []
     return min(sizes, default=GPU_BLOCKSIZE)
 
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
