@@ -38,6 +38,7 @@ def fit_vocab(
 def vocab_from_counts(
     vc:pd.Series, # Host series of value -> count in the training split (summed over partitions, say)
     freq_threshold:int=1, max_size:int|None=None, # As in `fit_vocab`
+    arrays:bool=False, # Numbers as numpy arrays, typed as `np.asarray` types their lists (int64, float64, ...), not lists
 )->tuple[list,list]:
     "Kept categories (sorted) and rare ones (sorted), from value counts: what `fit_vocab` gives on the values counted"
     if vc.index.dtype.kind in 'biuf':  # numbers: sorted by numpy (a click log's column has millions)
@@ -46,7 +47,9 @@ def vocab_from_counts(
         if max_size is not None:
             i = np.flatnonzero(ok); i = i[np.lexsort((v[i], -c[i]))[:max_size]]  # most frequent first, ties by value
             ok = np.zeros(len(v), dtype=bool); ok[i] = True
-        return np.sort(v[ok]).tolist(),np.sort(v[~ok]).tolist()
+        listed = lambda a: a.astype(np.asarray(a[[0, -1]].tolist()).dtype) if len(a) else a  # a list's numpy type
+        res = listed(np.sort(v[ok])),listed(np.sort(v[~ok]))
+        return res if arrays else tuple(a.tolist() for a in res)
     keep = vc[vc>=freq_threshold]
     vk = value_key(vc.index.tolist())  # numbers before strings when a column mixes them
     keep = keep.index.tolist() if max_size is None else sorted(keep.index.tolist(), key=lambda v: (-keep[v], vk(v)))[:max_size]

@@ -236,6 +236,10 @@ def _state(p): return p.state() if hasattr(p, 'state') else dict(type=type(p).__
 PROCS_FORMAT = 1  # version of procs.json: 1 adds `format` and is validated on load; files without it are version 0
 _NAME_KEYS = ('cat_names','cont_names','mh_names','y_names')
 
+def _lean(p, n:str):
+    "Proc `p`'s vocabulary of column `n`: numbers as the array `Categorify` keeps (exact: `_packed`), which is checked and written in C"
+    return p._packed(n) if hasattr(p, '_packed') else p.vocab[n]
+
 def check_writable(to):
     "Raise a `ValueError`, before anything is written, for what procs.json and parquet cannot hold: non-string names, odd values"
     names = [n for k in _NAME_KEYS for n in getattr(to, k)]
@@ -244,7 +248,7 @@ def check_writable(to):
                          f"first, e.g. `df.columns = df.columns.astype(str)`, and name them as strings")
     for p in to.procs:
         if not isinstance(getattr(p, 'vocab', None), dict): continue
-        for n,v in (*p.vocab.items(), *getattr(p, 'rare', {}).items()):
+        for n,v in (*((n, _lean(p, n)) for n in p.vocab), *getattr(p, 'rare', {}).items()):
             if isinstance(v, np.ndarray) and v.dtype.kind in 'biuf': continue  # numbers (rare ids loaded by `load_procs`)
             t = next((t for t in set(map(type, v)) if not issubclass(t, (str, int, float, bool))), None)  # the types, in C: 9M ids in ~1 s
             if t is not None: raise ValueError(f"categorical column {n!r} holds {t.__name__} values, which procs.json cannot "
@@ -253,6 +257,10 @@ def check_writable(to):
 def write_values(vals, fn):
     "List or array `vals` to parquet file `fn`'s column `v`, typed by pyarrow (pandas' inference over 20M Python ints takes 4 s)"
     import pyarrow as pa, pyarrow.parquet as pq
+    if isinstance(vals, np.ndarray) and vals.dtype.kind in 'biuf':  # the type pyarrow gives a list of the same numbers
+        k = vals.dtype.kind
+        wide = np.float64 if k == 'f' else bool if k == 'b' else np.uint64 if k == 'u' and len(vals) and vals.max() >= 2**63 else np.int64
+        vals = vals.astype(wide)
     try: t = pa.table({'v': pa.array(vals)})
     except (pa.ArrowException, OverflowError, TypeError): return pd.DataFrame({'v': list(vals)}).to_parquet(fn)  # pandas' types then
     ints = pa.types.is_integer(t['v'].type) and t['v'].type.bit_width in (32, 64)  # sorted ids: deltas (20M ids, 21 MB, 0.1 s to read)
@@ -280,7 +288,7 @@ def save_procs(to:TabularGPU, path, parquet_min:int=10_000):
     for p in to.procs:
         d = _state(p)
         for k in ('vocab','rare'):
-            if isinstance(d.get(k), dict): d[k] = {n: _big(k, n, v) for n,v in d[k].items()}
+            if isinstance(d.get(k), dict): d[k] = {n: _big(k, n, _lean(p, n) if k == 'vocab' else v) for n,v in d[k].items()}
         procs.append(d)
     names = {k: list(getattr(to, k)) for k in _NAME_KEYS}
     (path/'procs.json').write_text(json.dumps(dict(format=PROCS_FORMAT, names=names, procs=procs), indent=1))

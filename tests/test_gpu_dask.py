@@ -51,6 +51,23 @@ def test_two_cuda_workers_equal_one(tmp_path):
     assert_same_output(tmp_path/'one', tmp_path/'two')
 
 @pytest.mark.gpu
+def test_write_pass_meta_computed_on_pandas_is_cudfs(tmp_path):
+    "The write pass's meta, computed on pandas (`_processed_meta`), has the columns and types the procs give on cuDF: lists, strings too"
+    import dask, dask_cudf
+    from fastai_gpu_tabular.tabular_dask import _processed, _processed_meta
+    df = data(tmp_path, 100_000)
+    df['title'] = df['movieId'].astype(str)
+    df.to_parquet(tmp_path/'in.parquet', row_group_size_rows=50_000)
+    with dask.config.set(scheduler='sync'):
+        td = TabularDask(dask_cudf.read_parquet(tmp_path/'in.parquet', split_row_groups=True), progress=False, **KW)
+        prep = td._prepared(extra=['title'])
+    args = list(td.procs), td._names, ['title']
+    got, want = _processed_meta(prep._meta, *args), _processed(prep._meta, *args)
+    assert type(got) is type(want) and len(got) == 0 and list(got.columns) == list(want.columns)
+    assert dict(got.dtypes) == dict(want.dtypes), (dict(got.dtypes), dict(want.dtypes))
+    assert str(got['genres'].dtype).startswith('list')
+
+@pytest.mark.gpu
 def test_workers_keep_no_torch_cache_between_passes(tmp_path):
     "What torch cached on a worker is given back after each pass and merge: cuDF, which allocates outside it, finds the memory free"
     import dask_cudf, torch

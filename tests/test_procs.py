@@ -108,6 +108,9 @@ def test_large_vocabularies_keep_their_values_and_rare_numbers_load_as_arrays(tm
     save_procs(to, tmp_path/'a', parquet_min=20)
     (back,), names = load_procs(tmp_path/'a')
     assert len(list((tmp_path/'a').glob('*.parquet'))) == 6 and names['cat_names'] == list(vocab)
+    import pyarrow.parquet as pq  # numeric vocabularies are written from `Categorify`'s arrays, typed as pyarrow types their lists
+    types = {n: str(pq.read_schema(tmp_path/'a'/f'vocab-{i}.parquet').field('v').type) for i,n in enumerate(vocab)}
+    assert types == dict(i='int64', s='string', u='uint64', f='double'), types
     for n in vocab: assert back.vocab[n] == vocab[n] and [type(o) for o in back.vocab[n]] == [type(o) for o in vocab[n]], n
     assert isinstance(back.rare['i'], np.ndarray) and back.rare['i'].tolist() == rare['i'] and back.rare['s'] == rare['s']
     assert back.rare['f'] == rare['f']  # under `parquet_min`: the JSON list
@@ -142,3 +145,20 @@ def test_fastai_procs_are_swapped_for_ours():
     df = pd.DataFrame({'s': ['x','y'], 'a': [1., np.nan]})
     to = TabularGPU(df, procs=[FC, FF], cat_names=['s'], cont_names=['a'])
     assert [type(p) for p in to.procs] == [FillMissing, Categorify]
+
+def test_vocab_from_counts_as_arrays_equals_its_lists():
+    "`arrays=True` gives numbers as the arrays `np.asarray` makes of the lists (what `Categorify` caches and pickles): same values, types"
+    from fastai_gpu_tabular.procs import vocab_from_counts
+    cases = [pd.Series([3, 1, 2, 5], index=np.array([7, -2, 9, 4], dtype=np.int32)),
+             pd.Series([1, 4, 4], index=np.array([2**63 + 5, 3, 2**64 - 1], dtype=np.uint64)),
+             pd.Series([1, 4, 4], index=np.array([5, 3, 1], dtype=np.uint64)),
+             pd.Series([2, 2, 9], index=np.array([.5, -1.25, 3.], dtype=np.float32)),
+             pd.Series([2, 7], index=np.array([True, False]))]
+    for vc in cases:
+        for ft, ms in ((1, None), (2, None), (1, 2), (3, 1)):
+            lists, arrs = vocab_from_counts(vc, ft, ms), vocab_from_counts(vc, ft, ms, arrays=True)
+            for l, a in zip(lists, arrs):
+                assert isinstance(a, np.ndarray) and a.tolist() == l and [type(o) for o in a.tolist()] == [type(o) for o in l]
+                if len(l): assert a.dtype == np.asarray(l).dtype, (vc.index.dtype, a.dtype)
+    s = pd.Series([1, 1], index=['a', 'b'])  # strings stay lists
+    assert vocab_from_counts(s, arrays=True) == (['a', 'b'], [])
