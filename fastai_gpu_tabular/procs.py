@@ -39,7 +39,7 @@ def vocab_from_counts(
     vc:pd.Series, # Host series of value -> count in the training split (summed over partitions, say)
     freq_threshold:int=1, max_size:int|None=None, # As in `fit_vocab`
     arrays:bool=False, # Numbers as numpy arrays, typed as `np.asarray` types their lists (int64, float64, ...), not lists
-)->tuple[list,list]:
+)->tuple:
     "Kept categories (sorted) and rare ones (sorted), from value counts: what `fit_vocab` gives on the values counted"
     if vc.index.dtype.kind in 'biuf':  # numbers: sorted by numpy (a click log's column has millions)
         v,c = vc.index.to_numpy(),vc.to_numpy()

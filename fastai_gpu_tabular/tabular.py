@@ -257,10 +257,6 @@ def check_writable(to):
 def write_values(vals, fn):
     "List or array `vals` to parquet file `fn`'s column `v`, typed by pyarrow (pandas' inference over 20M Python ints takes 4 s)"
     import pyarrow as pa, pyarrow.parquet as pq
-    if isinstance(vals, np.ndarray) and vals.dtype.kind in 'biuf':  # the type pyarrow gives a list of the same numbers
-        k = vals.dtype.kind
-        wide = np.float64 if k == 'f' else bool if k == 'b' else np.uint64 if k == 'u' and len(vals) and vals.max() >= 2**63 else np.int64
-        vals = vals.astype(wide)
     try: t = pa.table({'v': pa.array(vals)})
     except (pa.ArrowException, OverflowError, TypeError): return pd.DataFrame({'v': list(vals)}).to_parquet(fn)  # pandas' types then
     ints = pa.types.is_integer(t['v'].type) and t['v'].type.bit_width in (32, 64)  # sorted ids: deltas (20M ids, 21 MB, 0.1 s to read)
