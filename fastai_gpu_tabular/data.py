@@ -214,7 +214,7 @@ def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=
 
 # %% ../nbs/03_data.ipynb #6f946626
 GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's memory (bench/NOTES.md: a partition costs ~0.2 s more)
-LIMIT_BLOCKS = 16  # and at most this share of a dask-cuda worker's device_memory_limit: a partition held between tasks must not spill
+LIMIT_BLOCKS = 8  # and at most this share of a dask-cuda worker's device_memory_limit (1/8 1.66x 1/16, 1/4 spilled: bench/NOTES.md)
 
 def _worker_blocksize(dask_worker)->int|None:
     "Bytes a default partition may hold on dask-cuda worker `dask_worker` (None without a device_memory_limit, read as dask-cuda reads it)"
@@ -241,7 +241,7 @@ def read_dask(
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
-                                 # on the CPU; on the GPU 1/64 of its memory, at most 1/16 of a worker's device_memory_limit
+                                 # on the CPU; on the GPU 1/64 of its memory, at most 1/8 of a worker's device_memory_limit
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"

@@ -113,7 +113,7 @@ def _timed(td, name:str):
         d[name] = round(d.get(name, 0) + time.perf_counter() - t, 3)
 
 def _reduce(merge:Callable, xs:list):
-    res = functools.reduce(merge, xs)
+    res = merge(*xs)  # all at once: one sort of a column's ids a group, not one a pair of growing sizes
     _empty_cache(); return res  # merged results grow, so cached blocks of the last sizes do not serve the next
 
 def _tree(ds:list, merge:Callable, fan:int=8):
@@ -172,29 +172,38 @@ def _offset(shift:int, prefix:int)->int:
 
 def _under(k, shift:int, prefix:int): return k if shift == 64 else k[(k >> shift) == prefix]
 
-def _bins(k, shift:int, prefix:int)->tuple:
-    "(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` under `prefix` (host arrays)"
+def _bins_t(k, shift:int, prefix:int):
+    "(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` under `prefix`: a (3, bins) tensor on `k`'s device"
     import torch
     nb = min(_BITS, shift)
     k = torch.sort(_under(_t(k), shift, prefix)).values
     cnt = torch.bincount((k >> (shift-nb)) - _offset(shift, prefix), minlength=1 << nb)
-    if not len(k): return cnt.cpu().numpy(),np.full(1 << nb, _KMAX),np.full(1 << nb, _KMIN)
+    if not len(k): return torch.stack([cnt, torch.full_like(cnt, _KMAX), torch.full_like(cnt, _KMIN)])
     end = cnt.cumsum(0)
     lo,hi = torch.where(cnt > 0, k[(end-cnt).clamp(max=len(k)-1)], _KMAX),torch.where(cnt > 0, k[(end-1).clamp(min=0)], _KMIN)
-    return cnt.cpu().numpy(),lo.cpu().numpy(),hi.cpu().numpy()
+    return torch.stack([cnt, lo, hi])
 
-def _merge_bins(a:tuple, b:tuple)->tuple: return a[0]+b[0],np.minimum(a[1], b[1]),np.maximum(a[2], b[2])
+def _host_bins(ts:list)->list:
+    "`_bins_t` tensors as host (count, min key, max key) tuples of arrays, in one copy"
+    import torch
+    if not ts: return []
+    h = torch.cat(ts, 1).cpu().numpy()
+    return [tuple(x) for x in np.split(h, np.cumsum([t.shape[1] for t in ts])[:-1], axis=1)]
+
+def _bins(k, shift:int, prefix:int)->tuple: return _host_bins([_bins_t(k, shift, prefix)])[0]
+
+def _merge_bins(*bs:tuple)->tuple: return sum(b[0] for b in bs),np.minimum.reduce([b[1] for b in bs]),np.maximum.reduce([b[2] for b in bs])
 
 def _kth_pass(part, reqs:list)->list:
     "For each request (column, shift, prefix, collect): the bins of its keys, or the keys themselves if `collect`"
     res = []
     for col,shift,prefix,collect in reqs:
         k = float_keys(_floats(part, col))
-        res.append(_under(k, shift, prefix).cpu().numpy() if collect else _bins(k, shift, prefix))
-    return res
+        res.append(_under(k, shift, prefix).cpu().numpy() if collect else _bins_t(k, shift, prefix))
+    bins = iter(_host_bins([r for r in res if not isinstance(r, np.ndarray)]))
+    return [r if isinstance(r, np.ndarray) else next(bins) for r in res]
 
-def _merge_pass(a:list, b:list)->list:
-    return [np.concatenate([x, y]) if isinstance(x, np.ndarray) else _merge_bins(x, y) for x,y in zip(a, b)]
+def _merge_pass(*ps:list)->list: return [np.concatenate(xs) if isinstance(xs[0], np.ndarray) else _merge_bins(*xs) for xs in zip(*ps)]
 
 def exact_kth(
     ddf, # dask DataFrame
@@ -282,7 +291,7 @@ def _stats(part, start:int, plan:dict)->dict:
     tr = part[~_valid(part, start, plan['splits'])]
     res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
                vc={n: _value_counts(tr[n]) for n in plan['vc']},
-               bins={n: _bins(float_keys(_floats(tr, n)), 64, 0) for n in plan['bins']})
+               bins=dict(zip(plan['bins'], _host_bins([_bins_t(float_keys(_floats(tr, n)), 64, 0) for n in plan['bins']]))))
     res['vc'].update({n: _value_counts(explode_rows(tr[n], plan['sep'])[0]) for n in plan['mh']})
     return res
 
@@ -298,34 +307,34 @@ def _as_series(vc):
     if not isinstance(vc, tuple): return vc
     return (importlib.import_module('cudf') if array_lib(vc[0]) is not np else pd).Series(vc[1], index=vc[0])
 
-def _add_counts(a, b):
-    "Two partitions' `_value_counts` summed"
+def _add_counts(*vcs):
+    "Partitions' `_value_counts` summed"
     import torch
-    if not (isinstance(a, tuple) and isinstance(b, tuple)):  # strings, or dtypes that differ between partitions (reported later)
-        a,b = _as_series(a),_as_series(b)
-        return df_lib(a).concat([a, b]).groupby(level=0, sort=False).sum()
-    u,inv = torch.unique(torch.cat([_t(a[0]), _t(b[0])]), sorted=True, return_inverse=True)
-    return _arr(u),_arr(torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([_t(a[1]), _t(b[1])])))
+    if not all(isinstance(v, tuple) for v in vcs):  # strings, or dtypes that differ between partitions (reported later)
+        ss = [_as_series(v) for v in vcs]
+        return df_lib(ss[0]).concat(ss).groupby(level=0, sort=False).sum()
+    u,inv = torch.unique(torch.cat([_t(v[0]) for v in vcs]), sorted=True, return_inverse=True)
+    return _arr(u),_arr(torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([_t(v[1]) for v in vcs])))
 
 def _counts_series(vc)->pd.Series:
     "Host series value → count of a `_value_counts` result"
     return to_pandas(vc) if not isinstance(vc, tuple) else pd.Series(_host(vc[1]), index=_host(vc[0]))
 
-def _extreme(f, x, y):
-    "`f` (min or max) of `x` and `y`, ignoring missing ones"
-    v = [o for o in (x, y) if o is not None and not pd.isna(o)]
+def _extreme(f, xs:list):
+    "`f` (min or max) of `xs`, ignoring missing ones"
+    v = [o for o in xs if o is not None and not pd.isna(o)]
     return f(v) if v else np.nan
 
-def _merge_stats(a:dict, b:dict)->dict:
-    "Two partitions' (or groups') `_stats` in one: row counts in order, ranges, counts, moments by Chan's formula, summed bins"
-    res = dict(ns=a['ns']+b['ns'], dtypes={n: a['dtypes'][n] | b['dtypes'][n] for n in a['dtypes']},
-               exact={n: a['exact'].get(n, True) and b['exact'].get(n, True) for n in a['exact'] | b['exact']},
-               **{k: {n: _extreme(f, a[k].get(n), b[k].get(n)) for n in a[k] | b[k]} for k,f in (('lo', min), ('hi', max))})
-    if 'rows' not in a: return res
-    return dict(res, rows=a['rows']+b['rows'], count={n: a['count'][n]+b['count'][n] for n in a['count']},
-                moments={n: chan_combine(a['moments'][n], b['moments'][n]) for n in a['moments']},
-                vc={n: _add_counts(a['vc'][n], b['vc'][n]) for n in a['vc']},
-                bins={n: _merge_bins(a['bins'][n], b['bins'][n]) for n in a['bins']})
+def _merge_stats(*ss:dict)->dict:
+    "Partitions' (or groups') `_stats` in one: row counts in order, ranges, counts, moments by Chan's formula, summed bins"
+    keys,col = lambda k: dict.fromkeys(n for s in ss for n in s[k]),lambda k, n: [s[k][n] for s in ss]
+    res = dict(ns=[r for s in ss for r in s['ns']], dtypes={n: set().union(*col('dtypes', n)) for n in ss[0]['dtypes']},
+               exact={n: all(s['exact'].get(n, True) for s in ss) for n in keys('exact')},
+               **{k: {n: _extreme(f, [s[k].get(n) for s in ss]) for n in keys(k)} for k,f in (('lo', min), ('hi', max))})
+    if 'rows' not in ss[0]: return res
+    return dict(res, rows=sum(s['rows'] for s in ss), count={n: sum(col('count', n)) for n in ss[0]['count']},
+                moments={n: functools.reduce(chan_combine, col('moments', n)) for n in ss[0]['moments']},
+                vc={n: _add_counts(*col('vc', n)) for n in ss[0]['vc']}, bins={n: _merge_bins(*col('bins', n)) for n in ss[0]['bins']})
 
 def _to_host(st:dict)->dict: return {**st, 'vc': {n: _counts_series(v) for n,v in st['vc'].items()}} if 'vc' in st else st
 
@@ -343,7 +352,7 @@ def _split_counts(st:dict, k:int)->list:
             for j,d in enumerate(pieces): d[n] = vc[(h == j).values]
     return pieces + [{**st, 'vc': {}}]
 
-def _merge_counts(a:dict, b:dict)->dict: return {n: _add_counts(a[n], b[n]) for n in a}
+def _merge_counts(*ds:dict)->dict: return {n: _add_counts(*(d[n] for d in ds)) for n in ds[0]}
 
 def _reduce_stats(tasks:list, k:int=1)->dict:
     """The delayed `_stats` of the partitions merged on the workers, to the host; the value counts in `k` pieces by a hash of the
@@ -534,18 +543,24 @@ class TabularDask:
         again |= train and any(lay['types'].get(n) != t for n,t in plan['f32'].items())  # or a float column is wider than guessed
         return self._scan(cols, train) if again else st
 
-    def _prepared(self, extra=(), only:list|None=None):
-        "The named (and `extra`) columns of every partition (or `only` these), cleaned, shrunk, with positions and validation flags"
-        from dask import delayed
-        import dask.dataframe as dd
+    def _prep_parts(self, extra=(), only:list|None=None)->tuple:
+        """(`_prepare`'s meta, [(delayed partition, `_prepare`'s arguments after it)]) of the named (and `extra`) columns of every
+        partition (or `only` these)"""
         cols = self._cols(extra)
         if tuple(cols) not in self.__dict__.get('_layout', {}).get('offsets', {}): self._scan(cols)
         lay,conts = self._layout,list(self.cont_names)
         if only is not None: only = [n for n in cols if n in only or isinstance(self.splits, tuple) and n == self.splits[0]]
         types = {n: t for n,t in lay['types'].items() if n in (only or cols)}
-        meta = _prepare(self.ddf[cols]._meta, conts, types, self.splits, 0, only)
         parts = zip(self._parts(cols), lay['offsets'][tuple(cols)])
-        return dd.from_delayed([delayed(_prepare)(p, conts, types, self.splits, s, only) for p,s in parts], meta=meta, verify_meta=False)
+        meta = _prepare(self.ddf[cols]._meta, conts, types, self.splits, 0, only)
+        return meta,[(p, (conts, types, self.splits, s, only)) for p,s in parts]
+
+    def _prepared(self, extra=(), only:list|None=None):
+        "The named (and `extra`) columns of every partition (or `only` these), cleaned, shrunk, with positions and validation flags"
+        from dask import delayed
+        import dask.dataframe as dd
+        meta,parts = self._prep_parts(extra, only)
+        return dd.from_delayed([delayed(_prepare)(p, *a) for p,a in parts], meta=meta, verify_meta=False)
 
     def _train(self, only:list|None=None):
         "The prepared training rows (of columns `only` and what the split reads, unless persisted)"
@@ -606,6 +621,12 @@ def _write(part, folder, i:int, row_group_rows:int, part_rows:int, split:str|Non
                              Path(folder)/k, row_group_rows)
     return res
 
+def _write_pass(part, prep:tuple|None, procs:list, names:dict, pass_names:list, folder, i:int, row_group_rows:int, part_rows:int)->dict:
+    """The write pass of a partition as one task: `_prepare` (its arguments `prep`; None for a prepared partition), `_processed`,
+    `_write`. Only the read is held between tasks: what is, counts against a dask-cuda worker's `device_memory_limit`"""
+    if prep is not None: part = _prepare(part, *prep)
+    return _write(_processed(part, procs, names, pass_names), folder, i, row_group_rows, part_rows)
+
 def _shuffle_key(part, seed:int):
     xp = array_lib(part)
     pos = xp.asarray(part[_POS].values).astype(np.uint64) + xp.uint64((seed*0x2545f4914f6cdd1d) % 2**64)
@@ -622,18 +643,23 @@ def to_parquet(self:TabularDask,
 ):
     "Apply the fitted procs to every partition and write the processed format to folder `path`, out of core"
     from dask import delayed
+    import dask.dataframe as dd
     check_writable(self)
-    names = self._names
+    names,pn = self._names,list(pass_names)
     check_pass_names(pass_names, names, self.ddf.columns)
-    prep = self._prepared(extra=pass_names) if pass_names or not self.persist else self._persisted
-    procs = list(self.procs)  # on every worker before the pass, not pickled into every task
-    meta = _processed_meta(prep._meta, procs, names, list(pass_names))
-    out = prep.map_partitions(_processed, _shared(procs), names, list(pass_names), meta=meta)
+    kept = self._persisted if self.persist and not pass_names else None
+    pmeta,parts = (kept._meta,[(p, None) for p in kept.to_delayed()]) if kept is not None else self._prep_parts(extra=pass_names)
+    procs = _shared(list(self.procs))  # on every worker before the pass, not pickled into every task
+    meta = _processed_meta(pmeta, list(self.procs), names, pn)
     row_group_rows = row_group_rows or row_group_rows_for({n: t for n,t in meta.dtypes.items() if n not in (_POS, _VALID)}, self.mh_names)
     with building(path, overwrite) as tmp, _timed(self, 'write'):
-        w = lambda p, i, split=None: delayed(_write)(p, tmp, i, row_group_rows, part_rows, split)
-        if shuffle_seed is None: res = _compute(*[w(p, i) for i,p in enumerate(out.to_delayed())])
+        if shuffle_seed is None:
+            res = _compute(*[delayed(_write_pass)(p, a, procs, names, pn, tmp, i, row_group_rows, part_rows)
+                             for i,(p,a) in enumerate(parts)])
         else:
+            prep = dd.from_delayed([p if a is None else delayed(_prepare)(p, *a) for p,a in parts], meta=pmeta, verify_meta=False)
+            out = prep.map_partitions(_processed, procs, names, pn, meta=meta)
+            w = lambda p, i, split: delayed(_write)(p, tmp, i, row_group_rows, part_rows, split)
             tr = out[~out[_VALID]].map_partitions(_shuffle_key, shuffle_seed).sort_values('_key')
             res = _compute(*[w(p, i, 'train') for i,p in enumerate(tr.to_delayed())],
                            *[w(p, i, 'valid') for i,p in enumerate(out.to_delayed())])

@@ -237,8 +237,8 @@ def test_value_counts_merged_in_pieces_hold_a_share_of_the_ids_each(monkeypatch)
               splits=RandomRowSplit(0.2, seed=1),
               procs=[Categorify(freq_threshold={'id': 2}, max_size={'f': 500, 's': 300}), FillMissing, Normalize])
     sizes = {}
-    def add(a, b, f=tdm._add_counts):
-        r = f(a, b); sizes[len(sizes)] = len(r[0]) if isinstance(r, tuple) else len(r); return r
+    def add(*vcs, f=tdm._add_counts):
+        r = f(*vcs); sizes[len(sizes)] = len(r[0]) if isinstance(r, tuple) else len(r); return r
     monkeypatch.setattr(tdm, '_add_counts', add)
     ref = TabularGPU(df, **kw)
     seen = lambda c: len(ref.procs.categorify.vocab[c]) + len(ref.procs.categorify.rare[c])  # distinct in training

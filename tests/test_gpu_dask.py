@@ -114,16 +114,16 @@ def test_footers_split_out_and_float64_columns_on_cudf(tmp_path):
 
 @pytest.mark.gpu
 def test_default_partitions_stay_within_a_workers_device_memory_limit(tmp_path):
-    """Under a 64 MB `device_memory_limit` a default partition holds at most 4 MB of files (1/`LIMIT_BLOCKS`): the ~10 MB file is
+    """Under a 64 MB `device_memory_limit` a default partition holds at most 8 MB of files (1/`LIMIT_BLOCKS`): the ~20 MB file is
     read in several (1.3 GB partitions under a 2.7 GB limit spilled to host and back: 0.20x the unlimited rate)"""
     import cudf, numpy as np
     from dask_cuda import LocalCUDACluster
     from distributed import Client
     from fastai_gpu_tabular.data import LIMIT_BLOCKS, _parquet_parts
-    rng, n = np.random.default_rng(0), 600_000
+    rng, n = np.random.default_rng(0), 1_200_000
     cudf.DataFrame({'id': rng.integers(0, 1 << 40, n), 'x': rng.standard_normal(n), 'y': rng.integers(0, 2, n)}).to_parquet(
         tmp_path/'in.parquet', row_group_size_rows=30_000)
-    assert (tmp_path/'in.parquet').stat().st_size > 8_000_000
+    assert (tmp_path/'in.parquet').stat().st_size > 2 * 64_000_000 // LIMIT_BLOCKS
     with LocalCUDACluster(n_workers=1, protocol='tcp', dashboard_address=None, device_memory_limit='64MB') as cl, Client(cl):
         assert _parquet_parts(None, True)['blocksize'] == 64_000_000 // LIMIT_BLOCKS
         d, _ = read_dask(str(tmp_path/'in.parquet'), gpu=True, cat_names='id', cont_names='x', y_names='y')
