@@ -71,7 +71,7 @@ def main():
     items = tdm._apply(prep, procs, names)
     out = step('write', 'processed_frame', lambda: tdm._processed(prep, procs, names, []))
     (tmp/'o'/'train').mkdir(parents=True); (tmp/'o'/'valid').mkdir(parents=True)
-    step('write', '_write (train and valid files)', lambda: tdm._write(out, tmp/'o', 0, 131_072))
+    step('write', '_write (train and valid files)', lambda: tdm._write(out, tmp/'o', 0, 131_072, 4_194_304))
     step('write', 'TabularGPU of the partition (a copy)', lambda: tdm.TabularGPU(prep, procs=list(procs), do_setup=False,
          reduce_memory=False, y_block=tdm.TransformBlock(), **names).process)
     tr_ = step('write', 'train and valid rows (two boolean masks)', lambda: out[~out[tdm._VALID]].drop(columns=[tdm._POS, tdm._VALID]))
@@ -85,7 +85,7 @@ def main():
     step('write', 'the whole partition: read, _prepare, _processed, _write',
          lambda: tdm._write(tdm._processed(tdm._prepare(read_rg(), conts,
                                                         {n: t for n, t in td._layout['types'].items() if n in cols}, td.splits, 0),
-                                           procs, names, []), tmp/'o', 0, 131_072))
+                                           procs, names, []), tmp/'o', 0, 131_072, 4_194_304))
     # the whole thing in this process (the synchronous scheduler), with its passes' timings, then under cProfile
     with dask.config.set(scheduler='sync'):
         t = time.perf_counter(); to = tdm.TabularDask(read(), progress=False, **kw); to.to_parquet(tmp/'w1'); total = time.perf_counter() - t

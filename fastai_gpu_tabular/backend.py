@@ -83,8 +83,14 @@ def write_parquet(df, path, row_group_rows:int=131_072):
 
 # %% ../nbs/00_backend.ipynb #c9f4a1bf
 def nans_to_nulls(df):
-    "`df` with float NaNs as missing values: a no-op on pandas, where they already are; on cuDF, where they are not"
-    return df.nans_to_nulls() if is_cudf(df) else df
+    """`df` with float NaNs as missing values: a no-op on pandas, where they already are; on cuDF, where they are not, a new frame
+    (cuDF's `nans_to_nulls` counts each float column's NaNs with a host sync; here every column's in one, then only those with any)"""
+    if not is_cudf(df): return df
+    import torch
+    fl,res = [n for n in df.columns if df[n].dtype.kind == 'f'],df.copy(deep=False)
+    k = torch.stack([nan_tensor(df[n]).isnan().sum() - df[n].null_count for n in fl]).tolist() if fl and len(df) else []
+    for n in (n for n,m in zip(fl, k) if m): res[n] = df[n].nans_to_nulls()
+    return res
 
 def new_frame(cols:dict, like:pd.DataFrame|None=None, gpu:bool|None=None):
     "A frame of `cols` (numpy or cupy arrays, series) on `like`'s backend, or cuDF if `gpu`; NaNs become missing values"

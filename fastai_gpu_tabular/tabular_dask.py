@@ -5,6 +5,7 @@
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
 import functools, importlib, math, time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable
 from pathlib import Path
@@ -611,15 +612,17 @@ def _processed_meta(meta, procs:list, names:dict, pass_names:list):
 
 def _write(part, folder, i:int, row_group_rows:int, part_rows:int, split:str|None=None)->dict:
     """Write a processed partition's training and validation rows as part files `i`.000, `i`.001, ... of `folder`'s `train/` and
-    `valid/`, of at most `part_rows` rows each (a large partition's file would outgrow what a reader holds at once: libcudf's writer
-    failed on a 21M-row one)"""
-    v,res = part[_VALID],{}
+    `valid/`: a split's rows in as few equal slices as hold at most `part_rows` rows each (a large partition's file would outgrow
+    what a reader holds at once: libcudf's writer failed on a 21M-row one), the files of both splits `WRITE_THREADS` at once"""
+    v,items = part[_VALID],[]
     for k,rows in (('train', ~v), ('valid', v)):
         if split not in (None, k): continue
         df = part[rows].drop(columns=[c for c in (_POS, _VALID, '_key') if c in part.columns])
-        res[k] = write_parts(((f'{i:05d}.{s//part_rows:03d}', df.iloc[s:s+part_rows]) for s in range(0, len(df), part_rows)),
-                             Path(folder)/k, row_group_rows)
-    return res
+        step = -(-len(df) // -(-len(df) // part_rows)) if len(df) else 1
+        items += [(k, f'{i:05d}.{j:03d}', df.iloc[s:s+step]) for j,s in enumerate(range(0, len(df), step))]
+    with ThreadPoolExecutor(WRITE_THREADS) as ex:  # slices share the split's memory: nothing more is held by writing them at once
+        fs = [(k, ex.submit(write_part, d, Path(folder)/k, n, row_group_rows)) for k,n,d in items]
+    return {k: [f.result() for kk,f in fs if kk == k] for k in ('train', 'valid') if split in (None, k)}
 
 def _write_pass(part, prep:tuple|None, procs:list, names:dict, pass_names:list, folder, i:int, row_group_rows:int, part_rows:int)->dict:
     """The write pass of a partition as one task: `_prepare` (its arguments `prep`; None for a prepared partition), `_processed`,

@@ -210,7 +210,8 @@ def test_footers_of_a_read_whose_row_groups_dask_fuses(tmp_path):
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
 def test_a_large_partition_is_written_as_part_files_of_part_rows(tmp_path):
-    "`part_rows` bounds every part file, whatever the partitions' size; the rows, in order, are `TabularGPU`'s"
+    """`part_rows` bounds every part file, whatever the partitions' size, and a partition's split is cut in equal slices (its files
+    differ by a row at most); the rows, in order, are `TabularGPU`'s"""
     rng, n = np.random.default_rng(9), 12_000
     df = pd.DataFrame({'a': rng.integers(0, 300, n), 'x': rng.standard_normal(n), 'y': rng.integers(0, 2, n)})
     kw = dict(cat_names=['a'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), procs=PROCS, splits=RandomRowSplit(0.25, seed=1))
@@ -220,6 +221,10 @@ def test_a_large_partition_is_written_as_part_files_of_part_rows(tmp_path):
     info = json.loads((tmp_path/'dask'/'dataset.json').read_text())
     rows = {k: [pq.ParquetFile(tmp_path/'dask'/f).metadata.num_rows for f in info[k]['files']] for k in ('train', 'valid')}
     assert max(rows['train'] + rows['valid']) <= 1_000 and len(rows['train']) >= 9 and sum(rows['train']) == info['train']['rows']
+    for k in ('train', 'valid'):
+        for i in range(2):
+            got = [r for f,r in zip(info[k]['files'], rows[k]) if f'part.{i:05d}.' in f]
+            assert len(got) == -(-sum(got) // 1_000) and max(got) - min(got) <= 1, (k, i, got)
     ref = TabularGPU(df, **kw)
     ref.to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')

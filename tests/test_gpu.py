@@ -94,6 +94,19 @@ def test_main_job_on_gpu(capsys, tmp_path):
     main(data='synth', rows=100_000, out=str(tmp_path/'proc'))
     assert 'cuDF (GPU)' in capsys.readouterr().out and (tmp_path/'proc'/'dataset.json').exists()
 
+def test_nans_to_nulls_on_cudf_equals_cudfs_own():
+    "`nans_to_nulls` (every column's NaNs counted in one host copy): cuDF's result, nulls kept, other columns as they were, input untouched"
+    import cudf
+    from fastai_gpu_tabular.backend import nans_to_nulls
+    g = cudf.DataFrame({'x': cudf.Series([1., np.nan, None, 4.], nan_as_null=False), 'z': cudf.Series([1., 2., None, 4.]),
+                        'y': cudf.Series(np.array([np.nan, 2, 3, np.nan], dtype='float32'), nan_as_null=False), 'i': [1, 2, 3, 4]})
+    assert [g[n].null_count for n in g.columns] == [1, 1, 0, 0]
+    res, ref = nans_to_nulls(g), g.nans_to_nulls()
+    assert [res[n].null_count for n in g.columns] == [ref[n].null_count for n in g.columns] == [2, 1, 2, 0]
+    pd.testing.assert_frame_equal(res.to_pandas(), ref.to_pandas())
+    assert [g[n].null_count for n in g.columns] == [1, 1, 0, 0] and res is not g  # the input keeps its NaNs
+    assert nans_to_nulls(g.iloc[:0]).columns.tolist() == list(g.columns)
+
 def test_column_helpers_on_cudf_equal_pandas():
     "`fill_nulls`, `nan_tensor`, `cat_codes`, `clean_conts` and `TabularDask`'s `_ranges` give on cuDF what they give on pandas"
     import cudf, warnings
