@@ -19,6 +19,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                             'fastai_gpu_tabular.backend.as_index_array': ( 'backend.html#as_index_array',
                                                                                            'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.as_kind': ('backend.html#as_kind', 'fastai_gpu_tabular/backend.py'),
+                                            'fastai_gpu_tabular.backend.cast': ('backend.html#cast', 'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.cat_codes': ( 'backend.html#cat_codes',
                                                                                       'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.concat_positions': ( 'backend.html#concat_positions',

@@ -68,7 +68,7 @@ class Vocab(CategoryMap):
 # %% ../nbs/01_procs.ipynb #f47af20a
 def encode_codes(s, vocab:list, rare:list=(), rare_code:int|None=None, unseen_code:int|None=None):
     "Codes of `s`: `1+i` for `vocab[i]`, `rare_code` for `rare`, 0 for missing, `unseen_code` (default 0) for the rest"
-    c = cat_codes(s, vocab)+1
+    c = cat_codes(s, vocab, add=1)
     if len(rare): c = c.where(cat_codes(s, rare)<0, rare_code)
     if unseen_code is not None: c = c.where((c>0) | s.isna(), unseen_code)
     return c

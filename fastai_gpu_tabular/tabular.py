@@ -366,7 +366,7 @@ def processed_frame(df, names:dict, pass_names=(), types:dict|None=None):
     continuous float32, lists, targets, pass-through"""
     ys = [y for y in names['y_names'] if y in df.columns]
     out = df[list(names['cat_names']) + list(names['mh_names']) + list(names['cont_names']) + ys + list(pass_names)]
-    out = out.astype({**{n: 'int32' for n in names['cat_names']}, **(types or {}), **{n: 'float32' for n in names['cont_names']}})
+    out = cast(out, {**{n: 'int32' for n in names['cat_names']}, **(types or {}), **{n: 'float32' for n in names['cont_names']}})
     return nans_to_nulls(out)  # NaN as nulls, which the parquet statistics count
 
 ROW_GROUP_BYTES = 2**26  # a default row group: 64 MiB of rows, ~10 to a window of the streaming loader's default budget (bench/NOTES.md)

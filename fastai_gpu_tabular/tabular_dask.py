@@ -70,7 +70,7 @@ def _valid(part, start:int, splits):
 
 def _prepare(part, cont_names, types, splits, start:int, cols:list|None=None):
     "A partition (its `cols`) with ±inf as missing, `types` applied, and its global row positions (from `start`) and validation flags"
-    part = clean_conts(part[cols] if cols is not None else part.copy(), cont_names).astype(types)
+    part = cast(clean_conts(part[cols] if cols is not None else part.copy(), cont_names), types)
     return part.assign(**{_POS: array_lib(part).arange(start, start+len(part), dtype=np.int64), _VALID: _valid(part, start, splits)})
 
 def _apply(part, procs:list, names:dict):
@@ -259,7 +259,7 @@ def _ranges(part, cols:list)->tuple:
     for n in cols:
         s = part[n]
         if s.dtype.kind == 'f': x = nan_tensor(s); ts[torch.float64][n] = (x, ~x.isnan())
-        elif s.dtype != np.uint64 and not s.hasnans: ts[torch.int64][n] = (col_tensor(s.astype(_torch_type(s.dtype))), None)
+        elif s.dtype != np.uint64 and not s.hasnans: ts[torch.int64][n] = (col_tensor(cast(s, _torch_type(s.dtype))), None)
         else: lo[n],hi[n] = (_py(f()) if s.count() else np.nan for f in (s.min, s.max))
     for dt,d in ts.items():
         r = []
@@ -288,7 +288,7 @@ def _stats(part, start:int, plan:dict)->dict:
     res = dict(ns=[len(part)], dtypes={n: {str(part[n].dtype)} if len(part) else set() for n in names}, lo=lo, hi=hi,
                exact=float32_exact(part, [n for n in num if n in plan['exact'] and part[n].dtype.kind == 'f']))
     if not plan.get('train'): return res
-    if plan['f32']: part = part.astype(plan['f32'])  # float columns as `reduce_memory` narrows them: `TabularGPU` fits on those
+    if plan['f32']: part = cast(part, plan['f32'])  # float columns as `reduce_memory` narrows them: `TabularGPU` fits on those
     tr = part[~_valid(part, start, plan['splits'])]
     res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
                vc={n: _value_counts(tr[n]) for n in plan['vc']},

@@ -94,19 +94,6 @@ def test_main_job_on_gpu(capsys, tmp_path):
     main(data='synth', rows=100_000, out=str(tmp_path/'proc'))
     assert 'cuDF (GPU)' in capsys.readouterr().out and (tmp_path/'proc'/'dataset.json').exists()
 
-def test_nans_to_nulls_on_cudf_equals_cudfs_own():
-    "`nans_to_nulls` (every column's NaNs counted in one host copy): cuDF's result, nulls kept, other columns as they were, input untouched"
-    import cudf
-    from fastai_gpu_tabular.backend import nans_to_nulls
-    g = cudf.DataFrame({'x': cudf.Series([1., np.nan, None, 4.], nan_as_null=False), 'z': cudf.Series([1., 2., None, 4.]),
-                        'y': cudf.Series(np.array([np.nan, 2, 3, np.nan], dtype='float32'), nan_as_null=False), 'i': [1, 2, 3, 4]})
-    assert [g[n].null_count for n in g.columns] == [1, 1, 0, 0]
-    res, ref = nans_to_nulls(g), g.nans_to_nulls()
-    assert [res[n].null_count for n in g.columns] == [ref[n].null_count for n in g.columns] == [2, 1, 2, 0]
-    pd.testing.assert_frame_equal(res.to_pandas(), ref.to_pandas())
-    assert [g[n].null_count for n in g.columns] == [1, 1, 0, 0] and res is not g  # the input keeps its NaNs
-    assert nans_to_nulls(g.iloc[:0]).columns.tolist() == list(g.columns)
-
 def test_column_helpers_on_cudf_equal_pandas():
     "`fill_nulls`, `nan_tensor`, `cat_codes`, `clean_conts` and `TabularDask`'s `_ranges` give on cuDF what they give on pandas"
     import cudf, warnings
@@ -130,6 +117,11 @@ def test_column_helpers_on_cudf_equal_pandas():
     assert sum(v[0]() is cats for v in _CATS.values()) == 1  # a vocabulary array goes to the GPU once, not once a call
     n = len(_CATS); del cats
     assert len(_CATS) == n - 1  # and its copy goes with it
+    cats = np.array([2, 5, 9])
+    for dt in ('int8', 'int16', 'uint16', 'uint64', 'float32', 'int64'):  # no missing values: cast by torch, or by cuDF (uint16, uint64)
+        s = cudf.Series([5, 9, 3, 7, 2], dtype=dt)
+        assert cat_codes(s, cats, add=1).to_pandas().tolist() == cat_codes(s.to_pandas(), cats, add=1).tolist() == [2, 3, 0, 0, 1], dt
+    assert cat_codes(cudf.Series([True, False, True]), np.array([False, True]), add=1).to_pandas().tolist() == [2, 1, 2]
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         g, p = clean_conts(gdf.copy(), ['c', 'e', 'h']), clean_conts(pdf.copy(), ['c', 'e', 'h'])
