@@ -882,6 +882,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                     'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._stats': ( 'tabular_dask.html#_stats',
                                                                                              'fastai_gpu_tabular/tabular_dask.py'),
+                                                 'fastai_gpu_tabular.tabular_dask._strategy': ( 'tabular_dask.html#_strategy',
+                                                                                                'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._t': ( 'tabular_dask.html#_t',
                                                                                          'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._timed': ( 'tabular_dask.html#_timed',

@@ -389,9 +389,13 @@ def _fit_categorify(p, td, prior, src):
         if isinstance(v, np.ndarray): p._cached(n, v)
     p._set_classes()
 
+def _strategy(p)->str:
+    "The name of `FillMissing` `p`'s strategy: its function's before the fit, the name the fit keeps after it"
+    return getattr(p.fill_strategy, '__name__', str(p.fill_strategy))
+
 def _fit_fill_missing(p, td, prior, src):
     "Exact medians (or modes, constants) of the training split, as `TabularGPU` computes them"
-    name = getattr(p.fill_strategy, '__name__', str(p.fill_strategy))
+    name = _strategy(p)
     if name not in ('median', 'mode', 'constant'):
         raise ValueError(f"`TabularDask` fits `FillStrategy.median`, `mode` and `constant`, not {name!r}")
     st,fv,fills = td._fused,p.fill_vals,{}
@@ -448,7 +452,7 @@ def _plan(td, names:list, train:bool)->dict:
     "What `_stats` computes: the layout of columns `names`, and with `train` the statistics that the procs' fits use"
     has = lambda k, f=lambda p: True: any(isinstance(p, k) and f(p) for p in td.procs)
     cat = next((p for p in td.procs if isinstance(p, Categorify)), None)
-    median = has(FillMissing, lambda p: getattr(p.fill_strategy, '__name__', '') == 'median')
+    median = has(FillMissing, lambda p: _strategy(p) == 'median')
     yvc = has(Categorize, lambda p: p.vocab is None)
     lay,lossy = td.__dict__.get('_layout', {}),[n for n in td.cont_names+td.y_names if td.ddf._meta[n].dtype.kind == 'f']
     if not td.reduce_memory: f32 = {}  # the float columns' narrowing: known from the layout, else float32 (checked after the pass)

@@ -151,6 +151,7 @@ def test_criteo_shape_in_few_passes_equals_tabulargpu(tmp_path, monkeypatch):
         parts = reads.count('stats')
         assert parts >= 2 and reads.count('kth') <= 2 * parts, reads  # the medians: at most 2 passes
         assert set(td.timings) == {'statistics', 'Categorify', 'FillMissing', 'Normalize', 'Categorize'}
+        assert tdm._plan(td, list(td.cont_names), True)['bins'] == list(td.cont_names)  # fitted, the strategy is its name
         td.to_parquet(tmp_path/'dask', pass_names=['extra'])
     ref = TabularGPU(df, **{**kw, 'procs': [Categorify(freq_threshold=3), FillMissing, Normalize]})
     assert_same_state(ref, td)
