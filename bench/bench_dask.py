@@ -38,6 +38,8 @@ def main():
     p.add_argument('--row-group-rows', type=int, default=None, help="rows of the written row groups (default `to_parquet`'s: ~64 MiB)")
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
                    "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default `read_dask`'s (GPU: `GPU_BLOCKSIZE`; CPU: a row group)")
+    p.add_argument('--rounds', type=int, default=1, help="time each path this many times in the same cluster (TabularDask) or "
+                   "process (in memory): the first pays a fresh worker's or process's warm-up, the last is the warm figure the ratios use")
     p.add_argument('--tasks', action='store_true', help="each TabularDask run's task stream summed by worker and task name (where "
                    "a worker's time goes, and how long it waits), in the results file")
     a = p.parse_args()
@@ -75,11 +77,13 @@ def main():
         del df
     rows = []
     def timed(name, f, base=None):
-        sync(); t = time.perf_counter(); to = f(); sync(); s = time.perf_counter() - t
-        rows.append(dict(path=name, seconds=round(s, 2), rows_s=round(a.rows / s)))
-        if hasattr(to, 'timings'): rows[-1]['phases'] = ', '.join(f'{k} {v:.2f}' for k, v in to.timings.items())
-        print(rows[-1], flush=True)
-        shutil.rmtree(tmp/'out', ignore_errors=True)
+        "`f` timed `--rounds` times (each a row): the last round's seconds"
+        for r in range(a.rounds):
+            sync(); t = time.perf_counter(); to = f(); sync(); s = time.perf_counter() - t
+            rows.append(dict(path=name + (f' (round {r+1})' if a.rounds > 1 else ''), seconds=round(s, 2), rows_s=round(a.rows / s)))
+            if hasattr(to, 'timings'): rows[-1]['phases'] = ', '.join(f'{k} {v:.2f}' for k, v in to.timings.items())
+            print(rows[-1], flush=True)
+            shutil.rmtree(tmp/'out', ignore_errors=True)
         return s
     secs, tasks = {}, []
     in_bytes = sum(f.stat().st_size for f in files)
@@ -117,7 +121,7 @@ def main():
     name = a.name or ('dask' + ('_criteo' if a.shape == 'criteo' else '') + ('' if gpu else '_cpu'))
     report(name, rows, ['path', 'seconds', 'rows_s', 'vs_1_worker', 'phases'],
            dict(bench='dask', shape=a.shape, n_rows=a.rows, row_group_rows=a.rg, gpu=gpu, input_bytes=in_bytes, blocksize=a.blocksize,
-                written_row_group_rows=a.row_group_rows, **({'tasks': tasks} if tasks else {})))
+                written_row_group_rows=a.row_group_rows, rounds=a.rounds, **({'tasks': tasks} if tasks else {})))
     for t in tasks: print(t['run'], t['workers'])
     shutil.rmtree(tmp, ignore_errors=True)
 
