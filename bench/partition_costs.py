@@ -1,5 +1,5 @@
 """What a `TabularDask` partition of 2M Criteo rows costs on the GPU, step by step: `_stats`, `_prepare`, `_apply`, `_processed`,
-the pieces of `Categorify`'s encoding (cuDF calls against torch's), then cProfile of `_processed` and `_stats` (cumulative).
+the pieces of `Categorify`'s encoding (cuDF calls against torch's), `FillMissing` and `Normalize` alone, then cProfile of `_processed` and `_stats` (cumulative).
 
     python bench/partition_costs.py        # prints the table and the profiles (results/partition_costs_h100_2579301.log: at
                                            # 2579301, where `nans_to_nulls` counted every column's NaNs in one copy, since reverted)"""
@@ -45,6 +45,11 @@ t('  moments', lambda: tdm._moments(tr, plan['moments']))
 t('_prepare', lambda: tdm._prepare(raw, list(td.cont_names), types, td.splits, 0))
 t('_apply', lambda: tdm._apply(prep, procs, names))
 t('_processed', lambda: tdm._processed(prep, procs, names, []))
+fill, norm = (next(p for p in procs if isinstance(p, k)) for k in (FillMissing, Normalize))
+t('_apply FillMissing (13 columns)', lambda: tdm._apply(prep, [fill], names))
+filled = tdm._apply(prep, [fill], names)
+t('_apply Normalize (13 filled columns)', lambda: tdm._apply(filled, [norm], names))
+t('_apply nothing (the TabularGPU around the procs)', lambda: tdm._apply(prep, [], names))
 t('Categorify._encode x26', lambda: [cat._encode(n, prep[n]) for n in cats])
 t('cat_codes x26', lambda: [cat_codes(prep[n], cat._array(n)) for n in cats])
 dts = {n: _device_cats(cat._array(n), prep[n].dtype) for n in cats}

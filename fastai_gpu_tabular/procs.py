@@ -220,15 +220,22 @@ class FillMissing(_FaiFillMissing):
         self.fill_strategy = getattr(self.fill_strategy, '__name__', str(self.fill_strategy))
 
     def encodes(self, to):
+        "Each column's missing flags (`add_col`) and fill: a float column's in torch, set as arrays (`set_columns`), counted in one sync"
+        new,unflagged = {},{}
         for n,v in self.fills.items():
             if n not in to.items.columns: continue
+            s = to.items[n]
+            x = nan_tensor(s) if s.dtype in (np.float32, np.float64) and type(v) in (int, float) else None
+            na = s.isna() if x is None else x.isnan()
             if self.add_col and n in self.na_dict:
-                to.items[n+'_na'] = to.items[n].isna()
+                new[n+'_na'] = na
                 if n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
-            elif n not in self.na_dict and (k := int(to.items[n].isna().sum())):
-                warn_once(self, n, f"continuous column {n!r} has {k:,} missing values but had none in training: they are filled "
-                                   f"with the training {self.fill_strategy} ({v}), and no `{n}_na` column flags them")
-            to.items[n] = fill_nulls(to.items[n], v)
+            elif n not in self.na_dict: unflagged[n] = na.sum()
+            new[n] = fill_nulls(s, v) if x is None else x.masked_fill(na, v)
+        for n,k in zip(unflagged, host_ints(unflagged.values())):
+            if k: warn_once(self, n, f"continuous column {n!r} has {k:,} missing values but had none in training: they are filled "
+                                     f"with the training {self.fill_strategy} ({self.fills[n]}), and no `{n}_na` column flags them")
+        set_columns(to.items, new)
 
     def state(self)->dict:
         "Fitted state as plain data"
@@ -251,7 +258,7 @@ class Normalize(_FaiNormalize):
         return self(to)
 
     def encodes(self, to:Tabular):
-        for n in to.cont_names: to.items[n] = standardize(to.items[n], self.means[n], self.stds[n])
+        set_columns(to.items, {n: standardized(to.items[n], self.means[n], self.stds[n]) for n in to.cont_names})
         return to
 
     def decodes(self, to:Tabular):

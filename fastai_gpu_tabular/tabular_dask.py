@@ -147,9 +147,6 @@ def _t(a):
     if isinstance(a, torch.Tensor): return a
     return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else device_tensor(a)
 
-def _arr(t):
-    "Torch tensor `t` as a numpy (CPU) or cupy (GPU) array, sharing its memory: what dask moves between workers"
-    return t.numpy() if t.device.type == 'cpu' else importlib.import_module('cupy').from_dlpack(t)
 
 def float_keys(v):
     "Order-preserving int64 keys of float64 values `v` (numpy array or torch tensor): in the values' order, -0.0 below 0.0"
@@ -302,7 +299,7 @@ def _value_counts(s):
     "Non-missing value counts of series `s`: (sorted distinct values, counts) arrays on its device for numbers, else a series"
     import torch
     if s.dtype not in _UNIQUE_TYPES: return s.value_counts(dropna=True)
-    return tuple(map(_arr, torch.unique(col_tensor(s.dropna() if s.hasnans else s), sorted=True, return_counts=True)))
+    return tuple(map(tensor_array, torch.unique(col_tensor(s.dropna() if s.hasnans else s), sorted=True, return_counts=True)))
 
 def _as_series(vc):
     if not isinstance(vc, tuple): return vc
@@ -315,7 +312,8 @@ def _add_counts(*vcs):
         ss = [_as_series(v) for v in vcs]
         return df_lib(ss[0]).concat(ss).groupby(level=0, sort=False).sum()
     u,inv = torch.unique(torch.cat([_t(v[0]) for v in vcs]), sorted=True, return_inverse=True)
-    return _arr(u),_arr(torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([_t(v[1]) for v in vcs])))
+    n = torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([_t(v[1]) for v in vcs]))
+    return tensor_array(u),tensor_array(n)
 
 def _counts_series(vc)->pd.Series:
     "Host series value → count of a `_value_counts` result"

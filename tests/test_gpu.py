@@ -94,6 +94,30 @@ def test_main_job_on_gpu(capsys, tmp_path):
     main(data='synth', rows=100_000, out=str(tmp_path/'proc'))
     assert 'cuDF (GPU)' in capsys.readouterr().out and (tmp_path/'proc'/'dataset.json').exists()
 
+def test_fill_missing_and_normalize_on_cudf_equal_pandas():
+    "The procs' torch paths (float columns, set as arrays) and cuDF's (a nullable integer) give pandas' frame, flags and warning"
+    import cudf, warnings
+    from fastai_gpu_tabular.tabular import TabularGPU
+    from fastai_gpu_tabular.procs import FillMissing, Normalize
+    rng = np.random.default_rng(0)
+    tr = pd.DataFrame(dict(a=rng.standard_normal(1_000).astype('float32'), b=rng.standard_normal(1_000) * 1e6,
+                           c=pd.array(rng.integers(-50, 50, 1_000), dtype='Int64'), y=rng.integers(0, 2, 1_000)))
+    tr.loc[::7, 'a'] = np.nan; tr.loc[::9, 'c'] = None
+    te = tr.copy(); te.loc[::5, 'b'] = np.nan  # `b` had no missing values in training
+    kw = dict(procs=[FillMissing, Normalize], cont_names=['a', 'b', 'c'], y_names='y')
+    p, g = TabularGPU(tr, **kw), TabularGPU(cudf.from_pandas(tr), **kw)
+    for t in (p, g): assert list(t.cat_names) == ['a_na', 'c_na'] and list(t.items.columns) == ['a', 'b', 'c', 'y', 'a_na', 'c_na']
+    pd.testing.assert_frame_equal(g.items.to_pandas(), p.items, check_dtype=False)
+    assert dict(g.items.dtypes.astype(str)) == dict(p.items.dtypes.astype(str))
+    out = []
+    for t in (p, g):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            x = t.new(cudf.from_pandas(te) if t is g else te.copy()); x.process(); out.append(to_pandas(x.items))
+        assert [str(o.message)[:48] for o in w] == ["continuous column 'b' has 200 missing values but"]
+    assert out[0]['b'].notna().all() and list(out[0].columns) == list(out[1].columns)
+    pd.testing.assert_frame_equal(out[1], out[0], check_dtype=False)
+
 def test_column_helpers_on_cudf_equal_pandas():
     "`fill_nulls`, `nan_tensor`, `cat_codes`, `clean_conts` and `TabularDask`'s `_ranges` give on cuDF what they give on pandas"
     import cudf, warnings

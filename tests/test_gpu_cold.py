@@ -19,9 +19,10 @@ def test_uniques_and_codes_equal_pandas(col):
 
 def test_standardize_equals_pandas_bit_for_bit():
     p = pd.Series(np.random.default_rng(0).standard_normal(10_000) * 1e3)
-    for s in (p, p.round().astype('int64'), p.where(p > 0)):  # floats, integers, missing values (cuDF's own path)
-        g = to_backend(s.to_frame('x'), gpu=True)['x']
-        np.testing.assert_array_equal(to_pandas(standardize(g, 3.25, 7.5)).to_numpy(), standardize(s, 3.25, 7.5).to_numpy())
+    for s in (p, p.round().astype('int64'), p.where(p > 0)):  # floats, integers (torch on both), missing values (the frames' own)
+        g, ref = to_backend(s.to_frame('x'), gpu=True)['x'], ((s.astype('float64') - 3.25) / 7.5).astype('float32').to_numpy()
+        np.testing.assert_array_equal(to_pandas(standardize(g, 3.25, 7.5)).to_numpy(), ref)
+        np.testing.assert_array_equal(standardize(s, 3.25, 7.5).to_numpy(), ref)
 
 def test_procs_compile_no_cupy_kernel_in_a_fresh_process():
     "bench_e2e's procs in a new process with an empty cupy cache: every kernel they launch is compiled ahead of time"
