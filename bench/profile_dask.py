@@ -61,7 +61,7 @@ def main():
     step('statistics', 'merge two partitions\' value counts (concat, groupby)', lambda: {n: tdm._add_counts(v, v) for n, v in vcs.items()})
     vcs = step('statistics', 'value counts of 26 columns (_value_counts: unique)', lambda: {n: tdm._value_counts(tr[n]) for n in cats})
     step('statistics', 'merge two partitions\' value counts (_add_counts: unique, bincount)', lambda: {n: tdm._add_counts(v, v) for n, v in vcs.items()})
-    step('statistics', 'first bins of 13 columns', lambda: {n: tdm._bins(tdm.float_keys(tdm._floats(tr, n)), 64, 0) for n in conts})
+    step('statistics', 'first bins of 13 columns', lambda: {n: tdm._host_bins([tdm._value_bins(tdm._f64(tr, n))])[0] for n in conts})
     st = td._fused
     step('statistics', 'the whole _stats', lambda: tdm._stats(raw, 0, dict(tdm._plan(td, cols, True), vc=cats + ['label'])))
     prep = step('write', '_prepare', lambda: tdm._prepare(raw, conts, {n: t for n, t in td._layout['types'].items() if n in cols}, td.splits, 0))

@@ -157,9 +157,9 @@ def key_values(k):
     "The float64 values of keys `k` (`float_keys` is its own inverse on the bits)"
     return float_keys(np.asarray(k, dtype=np.int64).view(np.float64)).view(np.float64)
 
-def _floats(part, col):
-    "The non-missing values of `col` in a partition as a float64 tensor on its device"
-    return col_tensor(part[col].dropna().astype('float64'))
+def _f64(part, col):
+    "Column `col` of a partition as a float64 tensor on its device, missing values NaN (not dropped: no compaction, no host sync)"
+    return nan_tensor(part[col]).double()
 
 def _host(a): return a.get() if array_lib(a) is not np else a
 
@@ -168,18 +168,25 @@ def _offset(shift:int, prefix:int)->int:
     nb = min(_BITS, shift)
     return -(1 << (nb-1)) if shift == 64 else prefix << nb
 
-def _under(k, shift:int, prefix:int): return k if shift == 64 else k[(k >> shift) == prefix]
+def _in(k, shift:int, prefix:int, ok=None):
+    "Where keys `k` are under `prefix` (and `ok`): a mask, or None for every key"
+    m = None if shift == 64 else (k >> shift) == prefix
+    return ok if m is None else m if ok is None else m & ok
 
-def _bins_t(k, shift:int, prefix:int):
-    "(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` under `prefix`: a (3, bins) tensor on `k`'s device"
+def _bins_t(k, shift:int, prefix:int, ok=None):
+    """(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` (where `ok`) under `prefix`: a (3, bins) tensor on
+    `k`'s device, by scatters (no sort, no compaction, no host sync: the keys left out go to a bin past the end, then dropped)"""
     import torch
-    nb = min(_BITS, shift)
-    k = torch.sort(_under(_t(k), shift, prefix)).values
-    cnt = torch.bincount((k >> (shift-nb)) - _offset(shift, prefix), minlength=1 << nb)
-    if not len(k): return torch.stack([cnt, torch.full_like(cnt, _KMAX), torch.full_like(cnt, _KMIN)])
-    end = cnt.cumsum(0)
-    lo,hi = torch.where(cnt > 0, k[(end-cnt).clamp(max=len(k)-1)], _KMAX),torch.where(cnt > 0, k[(end-1).clamp(min=0)], _KMIN)
-    return torch.stack([cnt, lo, hi])
+    k,nb = _t(k),min(_BITS, shift)
+    b = (k >> (shift-nb)) - _offset(shift, prefix)
+    if (keep := _in(k, shift, prefix, ok)) is not None: b = torch.where(keep, b, 1 << nb)
+    cnt = torch.zeros((1 << nb) + 1, dtype=torch.int64, device=k.device).index_add_(0, b, torch.ones_like(b))
+    lo,hi = (torch.full_like(cnt, v).scatter_reduce_(0, b, k, r) for v,r in ((_KMAX, 'amin'), (_KMIN, 'amax')))
+    return torch.stack([cnt, lo, hi])[:, :-1]
+
+def _value_bins(x, shift:int=64, prefix:int=0):
+    "`_bins_t` of the keys of float64 tensor `x`'s non-missing values"
+    return _bins_t(float_keys(x), shift, prefix, ~x.isnan())
 
 def _host_bins(ts:list)->list:
     "`_bins_t` tensors as host (count, min key, max key) tuples of arrays, in one copy"
@@ -196,8 +203,9 @@ def _kth_pass(part, reqs:list)->list:
     "For each request (column, shift, prefix, collect): the bins of its keys, or the keys themselves if `collect`"
     res = []
     for col,shift,prefix,collect in reqs:
-        k = float_keys(_floats(part, col))
-        res.append(_under(k, shift, prefix).cpu().numpy() if collect else _bins_t(k, shift, prefix))
+        x = _f64(part, col)
+        if not collect: res.append(_value_bins(x, shift, prefix)); continue
+        k = float_keys(x); res.append(k[_in(k, shift, prefix, ~x.isnan())].cpu().numpy())
     bins = iter(_host_bins([r for r in res if not isinstance(r, np.ndarray)]))
     return [r if isinstance(r, np.ndarray) else next(bins) for r in res]
 
@@ -236,11 +244,11 @@ def exact_medians(ddf, n:dict, cap:int=1<<20, first:dict|None=None)->dict:
     return {c: float(np.mean(np.array([v for (cc,_),v in vals.items() if cc == c], dtype=dt(c)))) if n[c] else None for c in n}
 
 # %% ../nbs/07a_tabular_dask.ipynb #2579fe8f
-def _moments(part, cols:list)->dict:
-    "(count, mean, sum of squared deviations) in float64 of each column of `cols` in one partition, all columns at once"
+def _moments(part, cols:list, xs:dict|None=None)->dict:
+    "(count, mean, sum of squared deviations) in float64 of each column of `cols` in one partition (or of its `_f64` tensors `xs`)"
     import torch
     if not cols or not len(part): return {n: (0, 0., 0.) for n in cols}
-    x = torch.stack([nan_tensor(part[n], 'float64') for n in cols])
+    x = torch.stack([xs[n] if xs else _f64(part, n) for n in cols])
     ok = ~x.isnan()
     k = ok.sum(1); m = torch.where(ok, x, 0.).sum(1) / k.clamp(min=1)
     m2 = (torch.where(ok, x - m[:, None], 0.)**2).sum(1)
@@ -287,9 +295,10 @@ def _stats(part, start:int, plan:dict)->dict:
     if not plan.get('train'): return res
     if plan['f32']: part = cast(part, plan['f32'])  # float columns as `reduce_memory` narrows them: `TabularGPU` fits on those
     tr = part[~_valid(part, start, plan['splits'])]
-    res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments']),
+    xs = {n: _f64(tr, n) for n in dict.fromkeys(plan['moments'] + plan['bins'])}  # a continuous column's tensor, made once
+    res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments'], xs),
                vc={n: _value_counts(tr[n]) for n in plan['vc']},
-               bins=dict(zip(plan['bins'], _host_bins([_bins_t(float_keys(_floats(tr, n)), 64, 0) for n in plan['bins']]))))
+               bins=dict(zip(plan['bins'], _host_bins([_value_bins(xs[n]) for n in plan['bins']]))))
     res['vc'].update({n: _value_counts(explode_rows(tr[n], plan['sep'])[0]) for n in plan['mh']})
     return res
 

@@ -3,7 +3,7 @@ synchronous scheduler for the hypothesis frames, on a cluster smaller than its d
 from the command line. Its fitted state and output must be `TabularGPU`'s (and fastai's), row for row."""
 import json, logging, os, socket, subprocess, sys, time
 from pathlib import Path
-import dask, dask.dataframe as dd, numpy as np, pandas as pd, pyarrow.parquet as pq, pytest
+import dask, dask.dataframe as dd, numpy as np, pandas as pd, pyarrow.parquet as pq, pytest, torch
 from hypothesis import given, settings, assume, HealthCheck, strategies as st
 from fastai.tabular.core import TabularPandas, Categorify as FCategorify, FillMissing as FFillMissing
 from fastai.data.transforms import Normalize as FNormalize, ColSplitter
@@ -132,6 +132,14 @@ def test_exact_medians_in_narrowing_passes(monkeypatch):
         passes.clear(); assert exact_medians(ddf, n, cap=100, first=first) == dict(df.median())
     assert len(passes) % 6 == 0
     assert tdm.key_values(tdm.float_keys(np.array([-0.0, 0.0, -2.5, np.inf]))).tolist() == [-0.0, 0.0, -2.5, np.inf]
+    k, ok = tdm.float_keys(f), ~np.isnan(f)  # the bins by scatter, missing values and keys outside the prefix left out: numpy's
+    for shift, prefix in ((64, 0), (52, int(np.median(k[ok] >> 52))), (40, int(np.median(k[ok] >> 40)))):
+        sel = k[ok] if shift == 64 else k[ok & ((k >> shift) == prefix)]
+        nb = min(tdm._BITS, shift); b = (sel >> (shift - nb)) - tdm._offset(shift, prefix)
+        lo, hi = np.full(1 << nb, tdm._KMAX), np.full(1 << nb, tdm._KMIN)
+        np.minimum.at(lo, b, sel); np.maximum.at(hi, b, sel)
+        got = tdm._bins_t(torch.from_numpy(k), shift, prefix, torch.from_numpy(ok)).numpy()
+        assert len(sel) and (got[0] == np.bincount(b, minlength=1 << nb)).all() and (got[1] == lo).all() and (got[2] == hi).all()
     v = f[~np.isnan(f)]
     assert (tdm.key_values(np.sort(tdm.float_keys(v))) == np.sort(v)).all()  # keys sort as the values
 
