@@ -19,3 +19,4 @@ with learn.distrib_ctx(sync_bn=False): learn.fit(1, 1e-2)
 # not the training loss: each rank's own
 (out/f'rank{rank_distrib()}.json').write_text(json.dumps(dict(values=[float(v) for v in learn.recorder.values[-1][1:]])))
 if rank_distrib() == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
+state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it

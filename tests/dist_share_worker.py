@@ -31,3 +31,4 @@ with learn.distrib_ctx(sync_bn=False): valid = [float(v) for v in learn.validate
 res = dict(rank=rank_distrib(), seed=dls.train.seed, orders=orders, sizes=sizes, vsizes=vsizes, n_loose=len(loose), valid=valid)
 (out/f'rank{res["rank"]}.json').write_text(json.dumps(res))
 if res['rank'] == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
+state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it

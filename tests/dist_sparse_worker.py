@@ -78,3 +78,4 @@ if gpu:  # the step's one host sync is the allowed one: `CheckNoSync` passes wit
         learn.fit(1, 1e-2, cbs=[CheckNoSyncAfterRebuild(), StopAfter(5)])
         tables['nosync'] = learn.sparse_embedding_grads.names
 (out/f'tables_rank{rank}.json').write_text(json.dumps(tables))
+state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it

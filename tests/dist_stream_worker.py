@@ -29,3 +29,4 @@ with learn.distrib_ctx(sync_bn=False): learn.fit(1, 1e-3, cbs=seen)
 res = dict(rank=rank_distrib(), rows=seen.rows, n_train=seen.n, valid=[float(learn.recorder.values[-1][1])])
 (out/f'rank{res["rank"]}.json').write_text(json.dumps(res))
 if res['rank'] == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
+state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it

@@ -38,3 +38,4 @@ res = dict(rank=rank_distrib(), rows=seen.rows, n_train=seen.n_train, n_valid=se
            preds=preds[:, 1].tolist(), targs=targs.view(-1).tolist(), valid_loss=float(vals[1]), auc=float(vals[2]))
 (out/f'rank{res["rank"]}.json').write_text(json.dumps(res))
 if res['rank'] == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
+state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it
