@@ -9,11 +9,13 @@ not counted: they are the data, not the vocabulary); then the client's side (`_c
 the growth of the process's resident memory, the vocabulary held); then encoding 1M rows with that vocabulary (`cat_codes`, a
 searchsorted: its first call copies the vocabulary to the GPU, later ones reuse it). Prints a table, results/vocab_memory.json.
 
-    python bench/vocab_memory.py --merge 2,8 --ids 10000000        # the merge of k partitions' counts at once against pairwise
+    python bench/vocab_memory.py --merge 2,8 --ids 10000000        # k partitions' counts merged at once, pairwise, by split_every
 
 `--merge`: a column whose `n` ids all recur in each of k partitions, the k value counts merged as the tree reduction's group
-does (`_add_counts(*counts)`, one `torch.unique` of all) and as a pairwise fold would; the peak above the counts held before (the
-GPU's allocator where there is one, else the process's resident memory, its high-water mark reset first). results/vocab_merge.json"""
+does (`_add_counts(*counts)`, one `torch.unique` of all), as a pairwise fold would, and as `TabularDask`'s tree does with
+`split_every` 2 and 8 (`_tree`, dask's synchronous scheduler: one worker doing every merge, the results of a level held until the
+next takes them); the peak above the counts held before (the GPU's allocator where there is one, else the process's resident
+memory, its high-water mark reset first). results/vocab_merge.json"""
 import argparse, resource, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -25,13 +27,16 @@ def _status_gb(key): return next(int(l.split()[1]) for l in open('/proc/self/sta
 
 def merges(ids:list, ks:list, gpu:bool):
     "Peak memory and seconds of merging k partitions' counts of the same `n` ids: at once (the group) and pairwise"
-    import numpy as np, pandas as pd, torch, functools
+    import numpy as np, pandas as pd, torch, functools, dask
+    from dask import delayed
     import fastai_gpu_tabular.tabular_dask as tdm
     lib, rows = __import__('cudf') if gpu else pd, []
     for n in ids:
         for k in ks:
             vcs = [tdm._value_counts(lib.Series(np.random.default_rng(i).permutation(n).astype(np.int64) * 7 + 3)) for i in range(k)]
-            for how, f in (('group', lambda: tdm._add_counts(*vcs)), ('pairwise', lambda: functools.reduce(tdm._add_counts, vcs))):
+            tree = lambda m: dask.compute(tdm._tree([delayed(lambda v: v)(v) for v in vcs], tdm._add_counts, m), scheduler='sync')[0]
+            for how, f in (('group', lambda: tdm._add_counts(*vcs)), ('pairwise', lambda: functools.reduce(tdm._add_counts, vcs)),
+                           ('split_every=2', lambda: tree(2)), ('split_every=8', lambda: tree(8))):
                 sync()
                 if gpu: base = torch.cuda.memory_allocated(); torch.cuda.reset_peak_memory_stats()
                 else: open('/proc/self/clear_refs', 'w').write('5'); base = _status_gb('VmRSS')

@@ -282,11 +282,12 @@ def main(
     freq_threshold:str=None, # Ids seen fewer times in training share one `#rare#` code: a number, or 'name=N,...' per column
     max_size:str=None, # Keep at most this many ids a column, most frequent first (the rest: `#rare#`): a number, or 'name=N,...'
     split_out:int=1, # With `--dask`: merge the ids' counts in this many pieces (columns whose ids do not fit one worker at once)
+    split_every:int=8, # With `--dask`: merge the partitions' statistics this many at a time (2: the least memory a merge holds)
     blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: a row group each; 1/64 of a GPU's memory)
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
-    for k,v,d in (('split-out', split_out, 1), ('blocksize', blocksize, None)):
+    for k,v,d in (('split-out', split_out, 1), ('split-every', split_every, 8), ('blocksize', blocksize, None)):
         if v != d and not dask: raise ValueError(f"`--{k}` is an option of `--dask`'s partitions and merges: add `--dask`")
     gpu,t0 = gpu_available() and not cpu,time.perf_counter()
     names = dict(cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
@@ -297,7 +298,7 @@ def main(
         from .tabular_dask import TabularDask, dask_client
         dask_client(gpu=gpu)
         ddf,cols = read_dask(data, gpu, rows, seed, blocksize=blocksize, **names)
-        to = TabularDask(ddf, procs=procs(cols), split_out=split_out, **kw, **cols)
+        to = TabularDask(ddf, procs=procs(cols), split_out=split_out, split_every=split_every, **kw, **cols)
     else:
         df,cols = read_data(data, rows, gpu, seed, **names)
         to = TabularGPU(df, procs=procs(cols), **kw, **cols)

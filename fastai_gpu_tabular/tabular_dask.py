@@ -362,14 +362,14 @@ def _split_counts(st:dict, k:int)->list:
 
 def _merge_counts(*ds:dict)->dict: return {n: _add_counts(*(d[n] for d in ds)) for n in ds[0]}
 
-def _reduce_stats(tasks:list, k:int=1)->dict:
-    """The delayed `_stats` of the partitions merged on the workers, to the host; the value counts in `k` pieces by a hash of the
-    value, each its own tree (a merge holds 1/`k` of a column's distinct values), joined on the client"""
+def _reduce_stats(tasks:list, k:int=1, fan:int=8)->dict:
+    """The delayed `_stats` of the partitions merged on the workers `fan` at a time, to the host; the value counts in `k` pieces
+    by a hash of the value, each its own tree (a merge holds 1/`k` of a column's distinct values), joined on the client"""
     from dask import delayed
-    if k == 1: return _compute(delayed(_to_host)(_tree(tasks, _merge_stats)))[0]
+    if k == 1: return _compute(delayed(_to_host)(_tree(tasks, _merge_stats, fan)))[0]
     parts = [delayed(_split_counts, nout=k+1)(t, k) for t in tasks]
-    st,*vcs = _compute(delayed(_to_host)(_tree([p[k] for p in parts], _merge_stats)),
-                       *[delayed(_to_host)({'vc': _tree([p[j] for p in parts], _merge_counts)}) for j in range(k)])
+    st,*vcs = _compute(delayed(_to_host)(_tree([p[k] for p in parts], _merge_stats, fan)),
+                       *[delayed(_to_host)({'vc': _tree([p[j] for p in parts], _merge_counts, fan)}) for j in range(k)])
     return {**st, 'vc': {n: pd.concat([v['vc'][n] for v in vcs]) for n in vcs[0]['vc']}}
 
 def _counts(td, n:str):
@@ -388,7 +388,7 @@ def _fit_categorify(p, td, prior, src):
         train = src()
         elems = lambda s: s.map_partitions(lambda x: explode_rows(x, p.sep)[0], meta=explode_rows(s._meta, p.sep)[0])
         vcs.update(zip(left, map(to_pandas, _compute(*[(train[n] if n in td.cat_names else elems(train[n]))
-                                                     .value_counts(split_every=8, split_out=1) for n in left]))))
+                                                     .value_counts(split_every=td.split_every, split_out=1) for n in left]))))
     p.vocab,p.rare = {},{}
     for n in cols:  # numbers come as arrays: `Categorify` keeps them (its codes and pickles use them; not made again from the lists)
         v,r = vocab_from_counts(vcs[n], *p.limits(n), arrays=True)
@@ -486,9 +486,12 @@ class TabularDask:
         persist:bool=False, # Keep the cleaned partitions in the cluster's memory between passes (dask spills what does not fit)
         split_out:int=1, # Merge the value counts in this many pieces by a hash of the value, each on its own: for columns whose
                          # distinct ids do not fit one worker at once (a merge holds 1/`split_out` of them); the same vocabularies
+        split_every:int=8, # Merge the partitions' statistics this many at a time on the workers (dask's name): fewer holds less at
+                           # once where ids recur in every partition (2: 0.4 of 8's peak), more makes fewer merges
     ):
-        if not isinstance(split_out, int) or split_out < 1:
-            raise ValueError(f"`split_out` is a number of pieces (1 or more), not {split_out!r}")
+        for k,v,lo in (('split_out', split_out, 1), ('split_every', split_every, 2)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"`{k}` is a whole number, {lo} or more, not {v!r}")
         self.cat_names,self.cont_names,self.mh_names,self.y_names = (L(list(L(o))) for o in (cat_names, cont_names, mh_names, y_names))
         meta = ddf._meta
         check_names(meta, self.cat_names, self.cont_names, self.mh_names, self.y_names, check_types=False)
@@ -505,7 +508,7 @@ class TabularDask:
             if callable(y_block): y_block = y_block()
             procs = procs + y_block.type_tfms
         self.ddf,self.splits,self.reduce_memory,self.progress,self.persist = ddf,splits,reduce_memory,progress,persist
-        self.split_out = split_out
+        self.split_out,self.split_every = split_out,split_every
         self.procs = Pipeline(procs)
         if do_setup: self.setup()
 
@@ -542,7 +545,7 @@ class TabularDask:
         new = [n for n in cols if n not in lay['cols']]  # the layout of these only: the others' is known
         plan = _plan(self, new, train)
         tasks = [delayed(_stats)(p, s, plan) for p,s in zip(parts, starts)]
-        with _timed(self, 'statistics' if train else 'layout'): st = _reduce_stats(tasks, self.split_out if train else 1)
+        with _timed(self, 'statistics' if train else 'layout'): st = _reduce_stats(tasks, self.split_out if train else 1, self.split_every)
         for n in new:
             if len(st['dtypes'][n]) > 1:
                 raise ValueError(f"column {n!r} has different dtypes in different partitions ({sorted(st['dtypes'][n])}): cast it to one, "

@@ -266,6 +266,27 @@ def test_value_counts_merged_in_pieces_hold_a_share_of_the_ids_each(monkeypatch)
             assert big == most if k == 1 else big <= 1.2 * most / k, (k, big, most)
         with pytest.raises(ValueError, match='split_out'): TabularDask(dd.from_pandas(df, npartitions=2), split_out=0, **kw)
 
+def test_split_every_bounds_the_partitions_a_merge_holds(monkeypatch):
+    """`split_every=m`: each merge of the statistics takes at most `m` partitions' (or merges') value counts, in one tree or in
+    `split_out` pieces; 2 holds the least where ids recur in every partition. The fitted state is `TabularGPU`'s for any `m`"""
+    rng = np.random.default_rng(5)
+    n = 12_000
+    df = pd.DataFrame({'id': rng.integers(0, 3_000, n), 's': pd.Series(rng.integers(0, 500, n)).map('s{}'.format).astype(object),
+                       'x': np.where(rng.random(n) < 0.1, np.nan, rng.standard_normal(n)), 'y': rng.integers(0, 2, n)})
+    kw = dict(cat_names=['id', 's'], cont_names=['x'], y_names='y', y_block=CategoryBlock(), splits=RandomRowSplit(0.2, seed=1),
+              procs=[Categorify(max_size={'id': 1_000}), FillMissing, Normalize])
+    ref, held = TabularGPU(df, **kw), []
+    def add(*vcs, f=tdm._add_counts): held.append(len(vcs)); return f(*vcs)
+    monkeypatch.setattr(tdm, '_add_counts', add)
+    with dask.config.set(scheduler='sync'):
+        for m, k in ((2, 1), (3, 1), (8, 1), (2, 3)):
+            held.clear()
+            td = TabularDask(dd.from_pandas(df, npartitions=9, sort=False), progress=False, split_every=m, split_out=k, **kw)
+            assert_same_state(ref, td)
+            assert max(held) == m, (m, k, held)
+    for bad in (1, 2.0, True):
+        with pytest.raises(ValueError, match='split_every'): TabularDask(dd.from_pandas(df, npartitions=2), split_every=bad, **kw)
+
 def test_float64_columns_fitted_as_reduce_memory_narrows_them(tmp_path, monkeypatch):
     """`TabularGPU` narrows float64 continuous columns and targets to float32 (if their range allows) before fitting: the dask
     statistics are of those values too (means, medians of an even count in float32); a column too wide for float32 is found by
@@ -441,9 +462,10 @@ def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp
     flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)
     args = dict(cat_names='carrier,origin,dest', cont_names='distance,dep_delay', y_names='late', pass_names='flight', cpu=True)
     prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), **args)
-    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, split_out=3, **args)
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, split_out=3, split_every=2, **args)
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
-    with pytest.raises(ValueError, match='--dask'): prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'x'), split_out=2, **args)
+    for o in (dict(split_out=2), dict(split_every=2)):
+        with pytest.raises(ValueError, match='--dask'): prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'x'), **o, **args)
     # partitions of ~1 MB (row groups aggregated, across files too), written the same
     (tmp_path/'two').mkdir()
     for f, rows in (('a', slice(None, 20_000)), ('b', slice(20_000, None))):
