@@ -208,16 +208,24 @@ class FillMissing(_FaiFillMissing):
         fill_vals = ifnone(fill_vals, {})
         store_attr()
 
+    @property
+    def strategy(self)->str:
+        "The fill strategy's name: its function's before the fit, the name the fit keeps after it"
+        return getattr(self.fill_strategy, '__name__', str(self.fill_strategy))
+
     def setups(self, to):
         conts,fv = to.items[list(to.cont_names)],self.fill_vals
-        fill = lambda n: _py(self.fill_strategy(conts[n], fv.get(n, 0) if isinstance(fv, dict) else fv[n]))
         missing = to_pandas(conts.isna().any())
-        self.fills = {n: fill(n) for n in to.cont_names}
+        self._set_fills({n: self.fill_strategy(conts[n], fv.get(n, 0) if isinstance(fv, dict) else fv[n]) for n in to.cont_names},
+                        list(missing[missing].index))
+
+    def _set_fills(self, fills:dict, missing:list):
+        "The fit from each column's fill and the columns with missing values in training (`TabularDask`'s too); the strategy's name kept"
+        self.fills = {n: _py(v) for n,v in fills.items()}
         for n,v in self.fills.items():
             if v is None or v != v: raise ValueError(f"FillMissing: continuous column '{n}' has no value in the training split "
                                                      f"to fill with; drop it or pass it in `cat_names`")
-        self.na_dict = {n: self.fills[n] for n in missing[missing].index}
-        self.fill_strategy = getattr(self.fill_strategy, '__name__', str(self.fill_strategy))
+        self.na_dict,self.fill_strategy = {n: self.fills[n] for n in missing},self.strategy
 
     def encodes(self, to):
         "Each column's missing flags (`add_col`) and fill: a float column's in torch, set as arrays (`set_columns`), counted in one sync"

@@ -396,13 +396,9 @@ def _fit_categorify(p, td, prior, src):
         if isinstance(v, np.ndarray): p._cached(n, v)
     p._set_classes()
 
-def _strategy(p)->str:
-    "The name of `FillMissing` `p`'s strategy: its function's before the fit, the name the fit keeps after it"
-    return getattr(p.fill_strategy, '__name__', str(p.fill_strategy))
-
 def _fit_fill_missing(p, td, prior, src):
     "Exact medians (or modes, constants) of the training split, as `TabularGPU` computes them"
-    name = _strategy(p)
+    name = p.strategy
     if name not in ('median', 'mode', 'constant'):
         raise ValueError(f"`TabularDask` fits `FillStrategy.median`, `mode` and `constant`, not {name!r}")
     st,fv,fills = td._fused,p.fill_vals,{}
@@ -414,12 +410,7 @@ def _fit_fill_missing(p, td, prior, src):
         elif name == 'mode':
             g = to_pandas(src()[[n, _POS]].groupby(n)[_POS].agg(['count', 'min'], split_out=1).compute())
             fills[n] = g.sort_values(['count', 'min'], ascending=[False, True]).index[0] if len(g) else None
-    p.fills = {n: _py(v) for n,v in fills.items()}
-    for n,v in p.fills.items():
-        if v is None or v != v: raise ValueError(f"FillMissing: continuous column '{n}' has no value in the training split "
-                                                 f"to fill with; drop it or pass it in `cat_names`")
-    p.na_dict = {n: p.fills[n] for n in td.cont_names if st['count'][n] < st['rows']}
-    p.fill_strategy = name
+    p._set_fills(fills, [n for n in td.cont_names if st['count'][n] < st['rows']])
     if p.add_col: td.cat_names += [n+'_na' for n in p.na_dict if n+'_na' not in td.cat_names]
 
 def _fit_normalize(p, td, prior, src):
@@ -459,7 +450,7 @@ def _plan(td, names:list, train:bool)->dict:
     "What `_stats` computes: the layout of columns `names`, and with `train` the statistics that the procs' fits use"
     has = lambda k, f=lambda p: True: any(isinstance(p, k) and f(p) for p in td.procs)
     cat = next((p for p in td.procs if isinstance(p, Categorify)), None)
-    median = has(FillMissing, lambda p: _strategy(p) == 'median')
+    median = has(FillMissing, lambda p: p.strategy == 'median')
     yvc = has(Categorize, lambda p: p.vocab is None)
     lay,lossy = td.__dict__.get('_layout', {}),[n for n in td.cont_names+td.y_names if td.ddf._meta[n].dtype.kind == 'f']
     if not td.reduce_memory: f32 = {}  # the float columns' narrowing: known from the layout, else float32 (checked after the pass)

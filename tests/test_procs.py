@@ -54,6 +54,7 @@ def test_new_nan_at_inference_is_filled():
     df = pd.DataFrame({'a': [1., 2., 3., 10.], 'b': [np.nan, 2., 4., 4.]})
     to = tab(df, [FillMissing(fill_strategy=FillStrategy.mode), Normalize], cont_names=['a','b'])
     assert to.cat_names == ['b_na'] and to.procs.fill_missing.na_dict == {'b': 4.}
+    assert FillMissing(fill_strategy=FillStrategy.mode).strategy == 'mode' == to.procs.fill_missing.fill_strategy  # a name once fitted
     t = to.new(pd.DataFrame({'a': [np.nan], 'b': [np.nan]})); t.process()
     assert 'a_na' not in t.items.columns and t.cat_names == ['b_na']
     np.testing.assert_allclose(t.items['a'], (1. - df['a'].mean()) / (df['a'].std(ddof=0) + 1e-7), rtol=1e-6)
