@@ -4,7 +4,8 @@
     git archive <commit> fastai_gpu_tabular | tar -x -C /tmp/base
     python bench/ab_partition.py --base /tmp/base      # results/ab_procs_h200_a92521f.log, ab_stats_h200_1a5c738.log (base ce75072)
 
-It checks that both give the same frames, bins, moments and keys first, then prints each step's median and minimum."""
+It checks that both give the same frames, bins, moments and keys first, then prints each step's median and minimum
+(`_kth_pass`: 13 first-level requests and two narrowing ones, then a narrowing pass of each continuous column alone)."""
 import sys, os, time, statistics, warnings, importlib, tempfile, argparse
 from pathlib import Path
 p = argparse.ArgumentParser()
@@ -61,12 +62,16 @@ part = clean_conts(raw.copy(), conts)
 s0, s1 = old_tdm._stats(raw, 0, oplan), new_tdm._stats(raw, 0, plan)
 same = all((np.asarray(u) == np.asarray(v)).all() for n in conts for u, v in zip(s0['bins'][n], s1['bins'][n]))
 print('same bins and moments:', same and s0['moments'] == s1['moments'], flush=True)
-x = new_tdm._f64(part, conts[0]); k = new_tdm.float_keys(x)
-pre = int(torch.median(k[~x.isnan()] >> 52))
+def prefix(n):
+    "The top 12 bits of column `n`'s median key: a narrowing pass's prefix, most keys outside it"
+    x = new_tdm._f64(part, n); return int(torch.median(new_tdm.float_keys(x)[~x.isnan()] >> 52))
+pre = prefix(conts[0])
 reqs = [(n, 64, 0, False) for n in conts] + [(conts[0], 52, pre, False), (conts[0], 52, pre, True)]
-k0, k1 = old_tdm._kth_pass(part, reqs), new_tdm._kth_pass(part, reqs)
+narrow = [(n, 52, prefix(n), False) for n in conts]  # the second level of every column: the bins' keys left out
+k0, k1 = old_tdm._kth_pass(part, reqs + narrow), new_tdm._kth_pass(part, reqs + narrow)
 print('same kth:', all((np.asarray(u) == np.asarray(v)).all() for p, q in zip(k0, k1)
                        for u, v in (zip(p, q) if isinstance(p, tuple) else [(np.sort(p), np.sort(q))])), flush=True)
 ab({'base _stats': lambda: old_tdm._stats(raw, 0, oplan), 'new _stats': lambda: new_tdm._stats(raw, 0, plan),
-    f'base _kth_pass x{len(reqs)}': lambda: old_tdm._kth_pass(part, reqs), f'new _kth_pass x{len(reqs)}': lambda: new_tdm._kth_pass(part, reqs)},
-   a.reps)
+    f'base _kth_pass x{len(reqs)}': lambda: old_tdm._kth_pass(part, reqs), f'new _kth_pass x{len(reqs)}': lambda: new_tdm._kth_pass(part, reqs),
+    f'base narrowing x{len(narrow)}': lambda: old_tdm._kth_pass(part, narrow),
+    f'new narrowing x{len(narrow)}': lambda: new_tdm._kth_pass(part, narrow)}, a.reps)
