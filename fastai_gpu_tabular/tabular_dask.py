@@ -147,7 +147,6 @@ def _t(a):
     if isinstance(a, torch.Tensor): return a
     return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else device_tensor(a)
 
-
 def float_keys(v):
     "Order-preserving int64 keys of float64 values `v` (numpy array or torch tensor): in the values' order, -0.0 below 0.0"
     i = v.view(np.int64) if isinstance(v, np.ndarray) else v.view(importlib.import_module('torch').int64)
