@@ -139,6 +139,7 @@ def _footer_rows(ddf, n:int)->list|None:
 
 # %% ../nbs/07a_tabular_dask.ipynb #67226b27
 _BITS = 12  # bits of the key that a narrowing pass resolves: 4,096 bins
+_TRASH = 1024  # bins past the end for the keys a pass leaves out (missing, outside the prefix)
 _KMAX,_KMIN = (1 << 63) - 1,-(1 << 63)
 
 def _t(a):
@@ -178,10 +179,11 @@ def _bins_t(k, shift:int, prefix:int, ok=None):
     import torch
     k,nb = _t(k),min(_BITS, shift)
     b = (k >> (shift-nb)) - _offset(shift, prefix)
-    if (keep := _in(k, shift, prefix, ok)) is not None: b = torch.where(keep, b, 1 << nb)
-    cnt = torch.zeros((1 << nb) + 1, dtype=torch.int64, device=k.device).index_add_(0, b, torch.ones_like(b))
+    if (keep := _in(k, shift, prefix, ok)) is not None:  # spread over _TRASH bins by position: one bin's atomics serialize
+        b = torch.where(keep, b, (1 << nb) + (torch.arange(len(k), device=k.device) & (_TRASH-1)))
+    cnt = torch.zeros((1 << nb) + _TRASH, dtype=torch.int64, device=k.device).index_add_(0, b, torch.ones_like(b))
     lo,hi = (torch.full_like(cnt, v).scatter_reduce_(0, b, k, r) for v,r in ((_KMAX, 'amin'), (_KMIN, 'amax')))
-    return torch.stack([cnt, lo, hi])[:, :-1]
+    return torch.stack([cnt, lo, hi])[:, :1 << nb]
 
 def _value_bins(x, shift:int=64, prefix:int=0):
     "`_bins_t` of the keys of float64 tensor `x`'s non-missing values"
