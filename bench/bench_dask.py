@@ -43,7 +43,6 @@ def main():
     p.add_argument('--tasks', action='store_true', help="each TabularDask run's task stream summed by worker and task name (where "
                    "a worker's time goes, and how long it waits), in the results file")
     a = p.parse_args()
-    import dask.dataframe as dd
     from distributed import Client
     from fastai.data.block import CategoryBlock
     from fastai_gpu_tabular.backend import gpu_available, read_frame
@@ -53,6 +52,9 @@ def main():
     from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
     # `read_dask`'s partitioning (fgt-prep --dask); a package from before eda935b (a same-run baseline) has none: a row group each
     _parquet_parts = getattr(data, '_parquet_parts', lambda blocksize, gpu: dict(split_row_groups=True))
+    # and its partitions a multiple of the workers (`_read_parquet`, after 95e156b); before, `_parquet_parts`'s alone
+    _read_parquet = getattr(data, '_read_parquet', lambda files, blocksize, gpu: importlib.import_module(
+                            'dask_cudf' if gpu else 'dask.dataframe').read_parquet(files, **_parquet_parts(blocksize, gpu)))
     from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
     warnings.simplefilter('ignore')
     gpu = gpu_available() and not a.cpu
@@ -82,6 +84,7 @@ def main():
             sync(); t = time.perf_counter(); to = f(); sync(); s = time.perf_counter() - t
             rows.append(dict(path=name + (f' (round {r+1})' if a.rounds > 1 else ''), seconds=round(s, 2), rows_s=round(a.rows / s)))
             if hasattr(to, 'timings'): rows[-1]['phases'] = ', '.join(f'{k} {v:.2f}' for k, v in to.timings.items())
+            if hasattr(to, 'ddf'): rows[-1]['partitions'] = to.ddf.npartitions
             print(rows[-1], flush=True)
             shutil.rmtree(tmp/'out', ignore_errors=True)
         return s
@@ -92,8 +95,7 @@ def main():
         client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
                              **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
         client.run(lambda: __import__('fastai_gpu_tabular.tabular_dask'))  # workers import the library before the clock starts
-        by = _parquet_parts(a.blocksize, gpu)  # `read_dask`'s (fgt-prep --dask)
-        read = (lambda: __import__('dask_cudf').read_parquet(files, **by)) if gpu else (lambda: dd.read_parquet(files, **by))
+        read = lambda: _read_parquet(files, a.blocksize, gpu)  # `read_dask`'s (fgt-prep --dask), inside the timing as there
         def run(cls=TabularDask, **k):
             from contextlib import nullcontext
             from distributed import get_task_stream

@@ -217,10 +217,11 @@ GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's mem
 LIMIT_BLOCKS = 8  # and at most this share of a dask-cuda worker's device_memory_limit (1/8 1.66x 1/16, 1/4 spilled: bench/NOTES.md)
 
 def _worker_blocksize(dask_worker)->int|None:
-    "Bytes a default partition may hold on dask-cuda worker `dask_worker` (None without a device_memory_limit, read as dask-cuda reads it)"
-    lim = getattr(getattr(dask_worker.data, 'device_buffer', None), 'n', None)
-    if not lim: return None
+    """Bytes a default partition may hold on dask worker `dask_worker`: `GPU_BLOCKSIZE` of its GPU, at most 1/`LIMIT_BLOCKS` of its
+    device_memory_limit (read as dask-cuda reads it); None without CUDA"""
     import torch
+    if not torch.cuda.is_available(): return None
+    lim = getattr(getattr(dask_worker.data, 'device_buffer', None), 'n', None) or float('inf')
     return int(min(GPU_BLOCKSIZE * torch.cuda.mem_get_info()[1], lim / LIMIT_BLOCKS))
 
 def _gpu_blocksize()->float|int:
@@ -232,16 +233,37 @@ def _gpu_blocksize()->float|int:
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
     partition on the CPU, on the GPU `_gpu_blocksize()` however many workers (halved for 2 workers, they took 17.4-18.0 s on 100M
-    Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled to host and back: bench/NOTES.md)"""
+    Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled to host and back: bench/NOTES.md;
+    `_read_parquet` makes it smaller for a multiple of the workers' partitions)"""
     if blocksize is None and not gpu: return dict(split_row_groups=True)
     return dict(split_row_groups='adaptive', blocksize=blocksize if blocksize is not None else _gpu_blocksize(), aggregate_files=True)
+
+def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=4):
+    """`read(blocksize)` in a multiple of `workers` partitions, `blocksize` made smaller as needed (3 partitions on 2 GPUs: one
+    worker read and wrote two while the other idled, 1.44x one worker; bench/NOTES.md); else the try whose busiest worker has the
+    fewest of the partitions"""
+    best = None
+    for _ in range(tries):
+        ddf = read(blocksize); n = ddf.npartitions; most = -(-n // workers)
+        if best is None or most / n < best[0]: best = most / n, ddf
+        if n % workers == 0: break
+        blocksize = int(blocksize * n / (most * workers))
+    return best[1]
+
+def _read_parquet(data, blocksize:int|None=None, gpu:bool=False):
+    "dask `read_parquet` of `data` in `_parquet_parts`; by default on a cluster of several GPUs, `_even_parts` for its workers"
+    from .tabular_dask import _client
+    read = lambda b: importlib.import_module('dask_cudf' if gpu else 'dask.dataframe').read_parquet(data, **_parquet_parts(b, gpu))
+    w = len(c.nthreads()) if gpu and blocksize is None and (c := _client()) else 1
+    return read(blocksize) if w < 2 or isinstance(b := _gpu_blocksize(), float) else _even_parts(read, b, w)
 
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
-                                 # on the CPU; on the GPU 1/64 of its memory, at most 1/8 of a worker's device_memory_limit
+                                 # on the CPU; on the GPU 1/64 of its memory, at most 1/8 of a worker's device_memory_limit,
+                                 # in a multiple of the workers' number of partitions
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"
@@ -256,7 +278,7 @@ def read_dask(
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
     kind = 'csv' if str(data).endswith('.csv') else 'parquet'
     ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize))) if kind == 'csv' else \
-          lib.read_parquet(data, **_parquet_parts(blocksize, gpu))
+          _read_parquet(data, blocksize, gpu)
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
     if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:

@@ -440,7 +440,8 @@ def test_fitted_procs_reach_every_worker_before_the_write_pass(client):
 
 def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_device_limits(monkeypatch):
     """On the GPU a default partition holds `GPU_BLOCKSIZE` of the device with 2 workers as with one (halved, 2 GPUs were slower),
-    and at most 1/`LIMIT_BLOCKS` of the smallest dask-cuda `device_memory_limit` (1.3 GB partitions under 2.7 GB spilled: 0.2x)"""
+    and at most 1/`LIMIT_BLOCKS` of the smallest dask-cuda `device_memory_limit` (1.3 GB partitions under 2.7 GB spilled: 0.2x);
+    workers without CUDA leave it to dask_cudf (`GPU_BLOCKSIZE` of the GPU)"""
     import torch, fastai_gpu_tabular.data as fd
     from distributed import Client, LocalCluster
     from types import SimpleNamespace
@@ -449,13 +450,43 @@ def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_de
     def limit(lims): return lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=lims[dask_worker.address]))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, Client(cl) as c:
         ws = list(c.scheduler_info()['workers'])
+        monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
         assert fd._parquet_parts(None, True) == dict(split_row_groups='adaptive', blocksize=fd.GPU_BLOCKSIZE, aggregate_files=True)
+        monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+        assert fd._parquet_parts(None, True)['blocksize'] == int(total * fd.GPU_BLOCKSIZE)  # no device_memory_limit
         c.run(limit(dict(zip(ws, (int(0.8*total), None)))))  # dask-cuda's default limit; a worker that does not spill
         assert fd._parquet_parts(None, True)['blocksize'] == int(total * fd.GPU_BLOCKSIZE)
         c.run(limit(dict(zip(ws, (int(0.8*total), 2_700_000_000)))))
         assert fd._parquet_parts(None, True)['blocksize'] == 2_700_000_000 // fd.LIMIT_BLOCKS
         assert fd._parquet_parts('1GB', True)['blocksize'] == '1GB'
     assert fd._parquet_parts(None, False) == dict(split_row_groups=True)
+
+def test_default_gpu_partitions_a_multiple_of_the_workers(monkeypatch, tmp_path):
+    """A default GPU read on 2 workers comes in a multiple of 2 partitions, the blocksize made smaller until it does (3 partitions
+    on 2 GPUs: one worker read and wrote two while the other idled, 1.44x one worker), every row there in order; a blocksize given
+    reads as asked; where no smaller blocksize gives a multiple, the try whose busiest worker has the fewest partitions, in `tries`"""
+    import sys, torch, fastai_gpu_tabular.data as fd
+    from distributed import Client, LocalCluster
+    from types import SimpleNamespace
+    n = 60_000
+    for i in range(2):  # 12 row groups of 160 kB
+        pd.DataFrame({'a': np.arange(i*n, (i+1)*n), 'x': np.random.default_rng(i).standard_normal(n)}).to_parquet(
+            tmp_path/f'in.{i}.parquet', row_group_size=10_000)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'mem_get_info', lambda *a: (2**40, 2**40))  # the workers run in this process
+    monkeypatch.setitem(sys.modules, 'dask_cudf', dd)  # a stand-in: dask's read_parquet partitions as dask_cudf's, on pandas
+    reads, f = [], fd._parquet_parts
+    monkeypatch.setattr(fd, '_parquet_parts', lambda b, gpu: reads.append(b) or f(b, gpu))
+    lens = lambda d: d.map_partitions(len).compute().tolist()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, Client(cl) as c:
+        c.run(lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=8 * 900_000)))
+        assert lens(fd._read_parquet(str(tmp_path), 900_000, True)) == [40_000] * 3 and reads == [900_000]  # as asked: 3
+        reads.clear(); d = fd._read_parquet(str(tmp_path), None, True)
+        assert lens(d) == [30_000] * 4 and reads == [900_000, 675_000] and d.compute()['a'].tolist() == list(range(2 * n))
+    read = lambda b: dd.read_parquet(str(tmp_path), **f(b, True))
+    assert lens(fd._even_parts(read, 900_000, 3)) == [40_000] * 3 and lens(fd._even_parts(read, 700_000, 1)) == [30_000] * 4
+    reads.clear(); d = fd._even_parts(lambda b: reads.append(b) or read(b), 700_000, 5)  # 4 partitions: 1 each, one idle
+    assert lens(d) == [30_000] * 4 and len(reads) == 4 and reads[0] == 700_000
 
 def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp_path):
     from fastai_gpu_tabular.data import main as prep, read_dask
