@@ -234,20 +234,30 @@ def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
     partition on the CPU, on the GPU `_gpu_blocksize()` however many workers (halved for 2 workers, they took 17.4-18.0 s on 100M
     Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled to host and back: bench/NOTES.md;
-    `_read_parquet` makes it smaller for a multiple of the workers' partitions)"""
+    `_read_parquet` makes it smaller for an even share of the rows on each worker)"""
     if blocksize is None and not gpu: return dict(split_row_groups=True)
     return dict(split_row_groups='adaptive', blocksize=blocksize if blocksize is not None else _gpu_blocksize(), aggregate_files=True)
 
-def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=4):
-    """`read(blocksize)` in a multiple of `workers` partitions, `blocksize` made smaller as needed (3 partitions on 2 GPUs: one
-    worker read and wrote two while the other idled, 1.44x one worker; bench/NOTES.md); else the try whose busiest worker has the
-    fewest of the partitions"""
+def _busiest(rows:list, workers:int)->int:
+    "Rows of the busiest of `workers` given partitions of `rows` rows, each (the largest first) to the least loaded"
+    loads = [0] * workers
+    for r in sorted(rows, reverse=True): loads[loads.index(min(loads))] += r
+    return max(loads)
+
+def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:float=1.05):
+    """`read(blocksize)` with `blocksize` made smaller until the busiest of `workers` holds at most `slack` times its even share of
+    the rows (partitions' rows from the parquet footers): partitions of 34, 34, 32M rows on 2 GPUs left one idle for a third of the
+    time, 180 and 20M for most of it (bench/NOTES.md). Each try aims at the next multiple of `workers` partitions of equal rows;
+    after `tries`, the best"""
+    from .tabular_dask import _footer_rows
     best = None
     for _ in range(tries):
-        ddf = read(blocksize); n = ddf.npartitions; most = -(-n // workers)
-        if best is None or most / n < best[0]: best = most / n, ddf
-        if n % workers == 0: break
-        blocksize = int(blocksize * n / (most * workers))
+        ddf = read(blocksize); n = ddf.npartitions
+        rows = _footer_rows(ddf, n) or [1] * n  # unknown: counted as equal
+        load = _busiest(rows, workers) / sum(rows) * workers
+        if best is None or load < best[0]: best = load, ddf
+        if load <= slack or max(rows) <= 1: break
+        blocksize = int(blocksize * sum(rows) / (workers * -(-(n+1) // workers)) / max(rows) * 1.02)  # a row group's rounding
     return best[1]
 
 def _read_parquet(data, blocksize:int|None=None, gpu:bool=False):
@@ -263,7 +273,7 @@ def read_dask(
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
                                  # on the CPU; on the GPU 1/64 of its memory, at most 1/8 of a worker's device_memory_limit,
-                                 # in a multiple of the workers' number of partitions
+                                 # smaller where that gives each worker an even share of the rows
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"

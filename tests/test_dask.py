@@ -461,10 +461,10 @@ def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_de
         assert fd._parquet_parts('1GB', True)['blocksize'] == '1GB'
     assert fd._parquet_parts(None, False) == dict(split_row_groups=True)
 
-def test_default_gpu_partitions_a_multiple_of_the_workers(monkeypatch, tmp_path):
-    """A default GPU read on 2 workers comes in a multiple of 2 partitions, the blocksize made smaller until it does (3 partitions
-    on 2 GPUs: one worker read and wrote two while the other idled, 1.44x one worker), every row there in order; a blocksize given
-    reads as asked; where no smaller blocksize gives a multiple, the try whose busiest worker has the fewest partitions, in `tries`"""
+def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypatch, tmp_path):
+    """A default GPU read on 2 workers: the blocksize made smaller until the busiest worker holds its even share of the rows (by
+    the footers; 34, 34, 32M rows on 2 GPUs left one idle a third of the time, 180 and 20M most of it), every row there in order;
+    a blocksize given reads as asked; where no blocksize does better, the best try of `tries`"""
     import sys, torch, fastai_gpu_tabular.data as fd
     from distributed import Client, LocalCluster
     from types import SimpleNamespace
@@ -480,13 +480,16 @@ def test_default_gpu_partitions_a_multiple_of_the_workers(monkeypatch, tmp_path)
     lens = lambda d: d.map_partitions(len).compute().tolist()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, Client(cl) as c:
         c.run(lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=8 * 900_000)))
-        assert lens(fd._read_parquet(str(tmp_path), 900_000, True)) == [40_000] * 3 and reads == [900_000]  # as asked: 3
+        assert lens(fd._read_parquet(str(tmp_path), 900_000, True)) == [40_000] * 3 and reads == [900_000]  # as asked
         reads.clear(); d = fd._read_parquet(str(tmp_path), None, True)
-        assert lens(d) == [30_000] * 4 and reads == [900_000, 675_000] and d.compute()['a'].tolist() == list(range(2 * n))
-    read = lambda b: dd.read_parquet(str(tmp_path), **f(b, True))
+        assert lens(d) == [30_000] * 4 and len(reads) == 2 and d.compute()['a'].tolist() == list(range(2 * n))
+    read = lambda b: reads.append(b) or dd.read_parquet(str(tmp_path), **f(b, True))
+    assert lens(read(1_600_000)) == [80_000, 40_000]  # an even count, uneven rows
+    reads.clear(); assert lens(fd._even_parts(read, 1_600_000, 2)) == [30_000] * 4 and len(reads) == 2
     assert lens(fd._even_parts(read, 900_000, 3)) == [40_000] * 3 and lens(fd._even_parts(read, 700_000, 1)) == [30_000] * 4
-    reads.clear(); d = fd._even_parts(lambda b: reads.append(b) or read(b), 700_000, 5)  # 4 partitions: 1 each, one idle
-    assert lens(d) == [30_000] * 4 and len(reads) == 4 and reads[0] == 700_000
+    reads.clear(); d = fd._even_parts(read, 700_000, 5)  # 4 partitions, one each (20k ones: 40k on some worker)
+    assert lens(d) == [30_000] * 4 and len(reads) == 6 and reads[0] == 700_000
+    assert fd._busiest([34, 34, 32], 2) == 66 and fd._busiest([51, 51, 51, 47], 2) == 102 and fd._busiest([5], 3) == 5
 
 def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp_path):
     from fastai_gpu_tabular.data import main as prep, read_dask
