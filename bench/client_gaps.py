@@ -46,13 +46,12 @@ def main():
     p.add_argument('--min-gap', type=float, default=0.05)
     p.add_argument('--top', type=int, default=4)
     a = p.parse_args()
-    import dask.dataframe as dd
     from distributed import get_task_stream
     from fastai.data.block import CategoryBlock
     from fastai_gpu_tabular.backend import gpu_available
     from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
     from fastai_gpu_tabular.tabular import RandomRowSplit
-    from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA, _parquet_parts
+    from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA, _read_parquet
     from fastai_gpu_tabular.tabular_dask import TabularDask, dask_client
     warnings.simplefilter('ignore')
     gpu, tmp = gpu_available(), Path(tempfile.mkdtemp())
@@ -72,8 +71,7 @@ def main():
         shutil.rmtree(tmp/'out', ignore_errors=True)  # not timed: the bench's runs write to an empty place
         with get_task_stream(client) as ts, Sampler(threading.get_ident(), a.interval) as sm:
             t0 = time.time()
-            by = _parquet_parts(None, gpu)
-            to = TabularDask((__import__('dask_cudf').read_parquet if gpu else dd.read_parquet)(files, **by), **kw)
+            to = TabularDask(_read_parquet(files, None, gpu), **kw)  # read_dask's partitions
             t_fit = time.time()
             to.to_parquet(tmp/'out')
             t1 = time.time()

@@ -23,6 +23,7 @@ def main():
     p.add_argument('--ids', type=int, default=3_000_000, help='most distinct ids of each of the 4 id columns')
     p.add_argument('--sleep', type=float, default=0.3)
     p.add_argument('--runs', type=int, default=1)
+    p.add_argument('--parts', type=int, default=10, help='partitions (a row group each)')
     a = p.parse_args()
     import numpy as np, pandas as pd
     from dask.utils import key_split
@@ -34,7 +35,7 @@ def main():
     from fastai_gpu_tabular.tabular_dask import TabularDask
     tmp, rng, n = Path(tempfile.mkdtemp()), np.random.default_rng(0), a.rows
     pd.DataFrame({**{c: rng.integers(0, a.ids, n) for c in 'abcd'}, 'x': rng.standard_normal(n).astype('float32'),
-                  'y': rng.integers(0, 2, n)}).to_parquet(tmp/'in.parquet', row_group_size=-(-n // 10))
+                  'y': rng.integers(0, 2, n)}).to_parquet(tmp/'in.parquet', row_group_size=-(-n // a.parts))
     for r in range(a.runs):
         with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, memory_limit='6GB') as cl, Client(cl) as c:
             c.run(slow, a.sleep)
@@ -46,7 +47,7 @@ def main():
         ws = sorted({t['worker'] for t in ts.data})
         by = collections.Counter((key_split(t['key']), ws.index(t['worker'])) for t in ts.data)
         moved = sum(s['stop'] - s['start'] for t in ts.data for s in t['startstops'] if s['action'] == 'transfer')
-        print(dict(run=r, reads=[by['read_parquet', i] for i in range(2)], writes=[by['write', i] for i in range(2)],
+        print(dict(run=r, reads=[by['read_parquet', i] for i in range(2)], writes=[by['write_pass', i] + by['write', i] for i in range(2)],
                    transfer_s=round(moved, 2), write_pass_s=round(t, 2)), flush=True)
 
 if __name__ == '__main__': main()

@@ -825,8 +825,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                              'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._as_series': ( 'tabular_dask.html#_as_series',
                                                                                                  'fastai_gpu_tabular/tabular_dask.py'),
-                                                 'fastai_gpu_tabular.tabular_dask._bins': ( 'tabular_dask.html#_bins',
-                                                                                            'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._bins_t': ( 'tabular_dask.html#_bins_t',
                                                                                               'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._client': ( 'tabular_dask.html#_client',

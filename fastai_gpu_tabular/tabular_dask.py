@@ -196,8 +196,6 @@ def _host_bins(ts:list)->list:
     h = torch.cat(ts, 1).cpu().numpy()
     return [tuple(x) for x in np.split(h, np.cumsum([t.shape[1] for t in ts])[:-1], axis=1)]
 
-def _bins(k, shift:int, prefix:int)->tuple: return _host_bins([_bins_t(k, shift, prefix)])[0]
-
 def _merge_bins(*bs:tuple)->tuple: return sum(b[0] for b in bs),np.minimum.reduce([b[1] for b in bs]),np.maximum.reduce([b[2] for b in bs])
 
 def _kth_pass(part, reqs:list)->list:

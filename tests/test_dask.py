@@ -126,7 +126,7 @@ def test_exact_medians_in_narrowing_passes(monkeypatch):
         s = np.sort(df['f'].dropna().to_numpy())  # any k, signs, zeros, extremes and subnormals
         ks = [0, 1, 2, 3, 7, len(s)//2, len(s)-2, len(s)-1]
         assert exact_kth(ddf, [('f', k) for k in ks], cap=2) == [float(s[k]) for k in ks]
-        first = {c: tdm._bins(tdm.float_keys(df[c].dropna().to_numpy('float64')), 64, 0) for c in df}
+        first = {c: tdm._host_bins([tdm._bins_t(tdm.float_keys(df[c].dropna().to_numpy('float64')), 64, 0)])[0] for c in df}
         passes.clear(); tdm.exact_medians(ddf, {'c': n['c']}, first=first)
         assert passes == []  # values 0, 1, 2: the first bins (one per power of two) hold the median alone
         passes.clear(); assert exact_medians(ddf, n, cap=100, first=first) == dict(df.median())
