@@ -256,7 +256,7 @@ def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:fl
         rows = _footer_rows(ddf, n) or [1] * n  # unknown: counted as equal
         load = _busiest(rows, workers) / sum(rows) * workers
         if best is None or load < best[0]: best = load, ddf
-        if load <= slack or max(rows) <= 1: break
+        if load <= slack: break
         blocksize = int(blocksize * sum(rows) / (workers * -(-(n+1) // workers)) / max(rows) * 1.02)  # a row group's rounding
     return best[1]
 
