@@ -247,14 +247,14 @@ def _busiest(rows:list, workers:int)->int:
 def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:float=1.05):
     """`read(blocksize)` with `blocksize` made smaller until the busiest of `workers` holds at most `slack` times its even share of
     the rows (partitions' rows from the parquet footers): partitions of 34, 34, 32M rows on 2 GPUs left one idle for a third of the
-    time, 180 and 20M for most of it (bench/NOTES.md). Each try aims at the next multiple of `workers` partitions of equal rows;
-    after `tries`, the best"""
+    time, 180 and 20M for most of it (bench/NOTES.md). Each try (a read planned again: its footers) aims at the next multiple of
+    `workers` partitions of equal rows; after `tries`, the best"""
     from .tabular_dask import _footer_rows
     best = None
     for _ in range(tries):
         ddf = read(blocksize); n = ddf.npartitions
         rows = _footer_rows(ddf, n) or [1] * n  # unknown: counted as equal
-        load = _busiest(rows, workers) / sum(rows) * workers
+        load = _busiest(rows, workers) / max(sum(rows), 1) * workers  # no rows: nothing to share
         if best is None or load < best[0]: best = load, ddf
         if load <= slack: break
         blocksize = int(blocksize * sum(rows) / (workers * -(-(n+1) // workers)) / max(rows) * 1.02)  # a row group's rounding

@@ -490,6 +490,8 @@ def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypat
     reads.clear(); d = fd._even_parts(read, 700_000, 5)  # 4 partitions, one each (20k ones: 40k on some worker)
     assert lens(d) == [30_000] * 4 and len(reads) == 6 and reads[0] == 700_000
     assert fd._busiest([34, 34, 32], 2) == 66 and fd._busiest([51, 51, 51, 47], 2) == 102 and fd._busiest([5], 3) == 5
+    monkeypatch.setattr(tdm, '_footer_rows', lambda ddf, n: [0] * n)  # footers of no rows: nothing to share, the first read
+    assert lens(fd._even_parts(read, 900_000, 2)) == [40_000] * 3
     monkeypatch.setattr(tdm, '_footer_rows', lambda ddf, n: None)  # rows unknown: partitions counted as equal
     assert lens(fd._even_parts(read, 1_600_000, 2)) == [80_000, 40_000] and lens(fd._even_parts(read, 900_000, 2)) == [30_000] * 4
 
