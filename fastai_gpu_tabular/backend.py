@@ -202,9 +202,7 @@ def nan_tensor(s, dtype=None):
 
 def like_series(t, like):
     "Tensor `t` as a series with `like`'s backend, index and name (no copy on the GPU)"
-    if not is_cudf(like): return pd.Series(t.numpy(), index=like.index, name=like.name)
-    import cupy
-    return df_lib(like).Series(cupy.from_dlpack(t), index=like.index, name=like.name)
+    return df_lib(like).Series(tensor_array(t), index=like.index, name=like.name)
 
 def tensor_array(t):
     "Torch tensor `t` as a numpy (CPU) or cupy (GPU) array, sharing its memory"
