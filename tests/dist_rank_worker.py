@@ -5,6 +5,7 @@ import json, sys
 from pathlib import Path
 import torch
 from accelerate import PartialState
+from dist_end import end
 from fastai.tabular.all import set_seed, tabular_config, get_model, rank_distrib
 from fastai_gpu_tabular.learner import tabular_learner
 from test_ranking import ranked_data, METRICS
@@ -19,4 +20,4 @@ with learn.distrib_ctx(sync_bn=False): learn.fit(1, 1e-2)
 # not the training loss: each rank's own
 (out/f'rank{rank_distrib()}.json').write_text(json.dumps(dict(values=[float(v) for v in learn.recorder.values[-1][1:]])))
 if rank_distrib() == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
-state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it
+end(state)  # no interpreter teardown: its C++ threads could abort a rank (dist_end.py)

@@ -5,6 +5,7 @@ import json, sys
 from pathlib import Path
 import torch
 from accelerate import PartialState
+from dist_end import end
 from fastai.tabular.all import accuracy, RocAucBinary, set_seed, tabular_config, get_model, rank_distrib
 from fastai_gpu_tabular.learner import tabular_learner
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
@@ -31,4 +32,4 @@ with learn.distrib_ctx(sync_bn=False): valid = [float(v) for v in learn.validate
 res = dict(rank=rank_distrib(), seed=dls.train.seed, orders=orders, sizes=sizes, vsizes=vsizes, n_loose=len(loose), valid=valid)
 (out/f'rank{res["rank"]}.json').write_text(json.dumps(res))
 if res['rank'] == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
-state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it
+end(state)  # no interpreter teardown: its C++ threads could abort a rank (dist_end.py)

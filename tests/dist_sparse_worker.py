@@ -13,6 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 from accelerate import PartialState
+from dist_end import end
 from fastai.tabular.all import (Learner, Adam, CrossEntropyLossFlat, GradientAccumulation, set_seed, tabular_config, rank_distrib,
                                 num_distrib)
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
@@ -78,4 +79,4 @@ if gpu:  # the step's one host sync is the allowed one: `CheckNoSync` passes wit
         learn.fit(1, 1e-2, cbs=[CheckNoSyncAfterRebuild(), StopAfter(5)])
         tables['nosync'] = learn.sparse_embedding_grads.names
 (out/f'tables_rank{rank}.json').write_text(json.dumps(tables))
-state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it
+end(state)  # no interpreter teardown: its C++ threads could abort a rank (dist_end.py)

@@ -6,6 +6,7 @@ import json, sys
 from pathlib import Path
 import torch
 from accelerate import PartialState
+from dist_end import end
 from fastai.tabular.all import Callback, set_seed, tabular_config, get_model, rank_distrib
 from fastai.tabular.data import TabularDataLoaders
 from fastai_gpu_tabular.learner import tabular_learner
@@ -29,4 +30,4 @@ with learn.distrib_ctx(sync_bn=False): learn.fit(1, 1e-3, cbs=seen)
 res = dict(rank=rank_distrib(), rows=seen.rows, n_train=seen.n, valid=[float(learn.recorder.values[-1][1])])
 (out/f'rank{res["rank"]}.json').write_text(json.dumps(res))
 if res['rank'] == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
-state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it
+end(state)  # no interpreter teardown: its C++ threads could abort a rank (dist_end.py)

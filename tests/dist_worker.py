@@ -6,6 +6,7 @@ import json, os, sys
 from pathlib import Path
 import torch
 from accelerate import PartialState
+from dist_end import end
 from fastai.tabular.all import CategoryBlock, RocAucBinary, Callback, set_seed, tabular_config, get_model, rank_distrib
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
@@ -38,4 +39,4 @@ res = dict(rank=rank_distrib(), rows=seen.rows, n_train=seen.n_train, n_valid=se
            preds=preds[:, 1].tolist(), targs=targs.view(-1).tolist(), valid_loss=float(vals[1]), auc=float(vals[2]))
 (out/f'rank{res["rank"]}.json').write_text(json.dumps(res))
 if res['rank'] == 0: torch.save(get_model(learn.model).state_dict(), out/'model.pth')
-state.wait_for_everyone(); state.destroy_process_group()  # gloo's threads left to the interpreter's teardown can abort it
+end(state)  # no interpreter teardown: its C++ threads could abort a rank (dist_end.py)
