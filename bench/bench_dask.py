@@ -29,7 +29,7 @@ def main():
     p.add_argument('--name', default=None, help='results file (default: dask, dask_cpu, or dask_criteo(_cpu))')
     p.add_argument('--ref-module', default=None, help="also time the `TabularDask` of this module (an earlier version, say)")
     p.add_argument('--no-persist', action='store_true', help='skip the persist=True runs')
-    p.add_argument('--threads', default='1', help='threads a worker, e.g. 1,2 (each a run)')
+    p.add_argument('--threads', default='default', help="threads a worker, e.g. 1,default (each a run; default: `dask_client`'s)")
     p.add_argument('--device-limits', default='default', help="dask-cuda's device_memory_limit of a worker, e.g. default,2.7GB "
                    "(each a run; out of core: the input's bytes over the limit)")
     p.add_argument('--no-pandas', action='store_true', help='skip TabularGPU on pandas in memory (on a GPU machine)')
@@ -90,7 +90,8 @@ def main():
         return s
     secs, tasks = {}, []
     in_bytes = sum(f.stat().st_size for f in files)
-    for n, th, lim in [(int(o), int(t), m) for o in a.workers.split(',') for t in a.threads.split(',') for m in a.device_limits.split(',')]:
+    for n, th, lim in [(int(o), None if t == 'default' else int(t), m) for o in a.workers.split(',') for t in a.threads.split(',')
+                       for m in a.device_limits.split(',')]:
         if gpu and n > __import__('torch').cuda.device_count(): print(f'{n} workers: skipped, fewer GPUs here'); continue
         client = dask_client(n_workers=n, gpu=gpu, threads_per_worker=th, dashboard_address=None,
                              **({} if lim == 'default' or not gpu else dict(device_memory_limit=lim)))
@@ -103,10 +104,10 @@ def main():
                 to = cls(read(), progress=False, **k, **kw); to.to_parquet(tmp/'out', row_group_rows=a.row_group_rows)
             if a.tasks: tasks.append(dict(run=f'{cls.__module__}, {n} worker(s)', **task_summary(ts.data)))
             return to
-        w = f'{n} worker(s)' + (f', {th} threads each' if th > 1 else '') + ('' if lim == 'default' else
+        w = f'{n} worker(s)' + (f', {th} thread(s) each' if th else '') + ('' if lim == 'default' else
             f', device_memory_limit {lim} (input {in_bytes/1e9:.1f} GB)')
         s1 = timed(f'TabularDask, {w}', run)
-        if (th == 1 and lim == 'default') or n not in secs: secs[n] = s1
+        if (th is None and lim == 'default') or n not in secs: secs[n] = s1  # the ratios' base: the defaults
         if not a.no_persist: timed(f'TabularDask, {w}, persist=True', lambda: run(persist=True))
         if a.ref_module: timed(f'{a.ref_module}.TabularDask, {w}', lambda: run(importlib.import_module(a.ref_module).TabularDask))
         client.close(); client.cluster.close()

@@ -261,10 +261,12 @@ def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:fl
     return best[1]
 
 def _read_parquet(data, blocksize:int|None=None, gpu:bool=False):
-    "dask `read_parquet` of `data` in `_parquet_parts`; by default on a cluster of several GPUs, `_even_parts` for its workers"
+    """dask `read_parquet` of `data` in `_parquet_parts`; by default on a cluster of GPU workers of two or more threads in all,
+    `_even_parts` for its threads: each works on a partition at once (3 partitions on a worker of 2 threads: one thread idle for the
+    last partition's time)"""
     from .tabular_dask import _client
     read = lambda b: importlib.import_module('dask_cudf' if gpu else 'dask.dataframe').read_parquet(data, **_parquet_parts(b, gpu))
-    w = len(c.nthreads()) if gpu and blocksize is None and (c := _client()) else 1
+    w = sum(c.nthreads().values()) if gpu and blocksize is None and (c := _client()) else 1
     return read(blocksize) if w < 2 or isinstance(b := _gpu_blocksize(), float) else _even_parts(read, b, w)
 
 def read_dask(
@@ -273,7 +275,7 @@ def read_dask(
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
                                  # on the CPU; on the GPU 1/64 of its memory, at most 1/8 of a worker's device_memory_limit,
-                                 # smaller where that gives each worker an even share of the rows
+                                 # smaller where that gives each worker thread an even share of the rows
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"

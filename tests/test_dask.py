@@ -422,12 +422,12 @@ TabularDask(dd.read_parquet({str(tmp_path/'in.parquet')!r}, split_row_groups=Tru
 def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
     script = ("from fastai_gpu_tabular.tabular_dask import dask_client\n"
               "c = dask_client(n_workers=1, gpu=False)\n"
-              "print('workers', len(c.scheduler_info()['workers']), 'same', dask_client() is c)\n"
+              "print('workers', len(c.scheduler_info()['workers']), 'threads', list(c.nthreads().values()), 'same', dask_client() is c)\n"
               "c.close(); c.cluster.close()")
     r = subprocess.run([sys.executable, '-c', f"if __name__ == '__main__':\n" + '\n'.join('    '+l for l in script.split('\n'))],
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert 'dask dashboard: http' in r.stdout and 'workers 1 same True' in r.stdout
+    assert 'dask dashboard: http' in r.stdout and 'workers 1 threads [1] same True' in r.stdout  # one thread on the CPU
 
 def test_fitted_procs_reach_every_worker_before_the_write_pass(client):
     """The procs every partition's processing takes are scattered to all workers first (`_shared`): as a key of the graph dask ran
@@ -462,9 +462,9 @@ def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_de
     assert fd._parquet_parts(None, False) == dict(split_row_groups=True)
 
 def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypatch, tmp_path):
-    """A default GPU read on 2 workers: the blocksize made smaller until the busiest worker holds its even share of the rows (by
-    the footers; 34, 34, 32M rows on 2 GPUs left one idle a third of the time, 180 and 20M most of it), every row there in order;
-    a blocksize given reads as asked; where no blocksize does better, the best try of `tries`"""
+    """A default GPU read on 2 workers (or 2 threads of one): the blocksize made smaller until the busiest worker thread holds its
+    even share of the rows (by the footers; 34, 34, 32M rows on 2 GPUs left one idle a third of the time, 180 and 20M most of it),
+    every row there in order; a blocksize given reads as asked; where no blocksize does better, the best try of `tries`"""
     import sys, torch, fastai_gpu_tabular.data as fd
     from distributed import Client, LocalCluster
     from types import SimpleNamespace
@@ -483,6 +483,10 @@ def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypat
         assert lens(fd._read_parquet(str(tmp_path), 900_000, True)) == [40_000] * 3 and reads == [900_000]  # as asked
         reads.clear(); d = fd._read_parquet(str(tmp_path), None, True)
         assert lens(d) == [30_000] * 4 and len(reads) == 2 and d.compute()['a'].tolist() == list(range(2 * n))
+    for th,want in ((2, [30_000] * 4), (1, [40_000] * 3)):  # one worker: an even share for each of its threads; one thread: as read
+        with LocalCluster(n_workers=1, threads_per_worker=th, processes=False, dashboard_address=None) as cl, Client(cl) as c:
+            c.run(lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=8 * 900_000)))
+            assert lens(fd._read_parquet(str(tmp_path), None, True)) == want
     read = lambda b: reads.append(b) or dd.read_parquet(str(tmp_path), **f(b, True))
     assert lens(read(1_600_000)) == [80_000, 40_000]  # an even count, uneven rows
     reads.clear(); assert lens(fd._even_parts(read, 1_600_000, 2)) == [30_000] * 4 and len(reads) == 2
