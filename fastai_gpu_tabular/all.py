@@ -17,7 +17,7 @@ from .recorder import DeviceRecorder, CheckNoSync
 from .model import FastTabularModel, TabularModelMH
 from .learner import tabular_learner, save_run, load_run
 from .ranking import mrr, ndcg_at_k, recall_at_k, roc_auc, MRR, NDCGAt, RecallAt, RocAucBinary, GroupAuc
-from .optimizer import ForeachLamb, ExcludeEmbeddings, large_batch_lr
+from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
 from .distributed import Checkpoint, StopAfter, ddp_kwargs, use_rank_gpu
 from .tabular_dask import TabularDask, dask_client

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_backend.ipynb #4ebb0043
 from __future__ import annotations
-import functools, glob, importlib
+import functools, glob, importlib, warnings
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.basics import *
@@ -12,12 +12,12 @@ from fastcore.foundation import L
 
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
-           'read_frame', 'write_parquet', 'nans_to_nulls', 'cast', 'new_frame', 'host_list', 'as_index_array',
-           'take_rows', 'concat_positions', 'standardized', 'standardize', 'shrink_types', 'float32_exact',
-           'exact_types', 'shrink', 'device_tensor', 'fill_nulls', 'nan_tensor', 'like_series', 'tensor_array',
-           'num_tensor', 'host_ints', 'set_columns', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind',
-           'value_counts', 'first_mode', 'explode_rows', 'list_column', 'is_list_column', 'list_total',
-           'list_values_offsets']
+           'parquet_schema', 'ints_exact', 'schema_casts', 'read_parquet_exact', 'read_frame', 'write_parquet',
+           'nans_to_nulls', 'cast', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'concat_positions',
+           'standardized', 'standardize', 'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor',
+           'fill_nulls', 'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns',
+           'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_rows',
+           'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -59,22 +59,100 @@ def to_backend(df, gpu:bool|None=None):
     import cudf
     return df if is_cudf(df) else cudf.from_pandas(df)
 
+def _hidden(f:Path, root:Path)->bool: return any(o[:1] in '._' for o in f.relative_to(root).parts)  # dask's rule: _metadata, .tmp
+
 def parquet_files(path)->list|None:
-    "The parquet files, sorted, of `path` when it is a folder or a glob such as 'logs/day_*.parquet'; None when it is one file"
+    """The parquet files, sorted, of `path` when it is a folder (its subfolders too, as dask reads them) or a glob such as
+    'logs/day_*.parquet'; None when it is one file. Processed folders inside (a `dataset.json`) are left out, with a warning
+    naming them, and so are names starting with '_' or '.' (dask's `_metadata`, unfinished writes)"""
     p = str(path)
-    if Path(p).is_dir(): return sorted(str(f) for f in Path(p).glob('*.parquet'))
+    if Path(p).is_dir():
+        root = Path(p)
+        if (root/'dataset.json').exists(): raise ValueError(
+            f"{p} is a processed folder (it holds dataset.json): train on it with `fgt-train --data {p}`; `fgt-prep` reads raw files")
+        done = sorted({d.parent for d in root.rglob('dataset.json') if not _hidden(d, root)})
+        if done: warnings.warn(f"{p}: left out the processed folder(s) {', '.join(map(str, done))} inside it (their rows are codes)")
+        return sorted(str(f) for f in root.rglob('*.parquet') if f.is_file() and not _hidden(f, root)
+                      and not any(d in f.parents for d in done))
     return sorted(glob.glob(p)) if glob.has_magic(p) else None
 
+def _arrow_kind(t)->str:
+    "An arrow type's family: columns of one family may differ in width from file to file (int32 and int64), not in family"
+    import pyarrow as pa
+    if pa.types.is_dictionary(t): t = t.value_type
+    for k in ('integer', 'floating', 'boolean', 'timestamp', 'date', 'decimal', 'list', 'large_list'):
+        if getattr(pa.types, f'is_{k}')(t): return k
+    if pa.types.is_string(t) or pa.types.is_large_string(t): return 'string'
+    return 'null' if pa.types.is_null(t) else str(t)
+
+def parquet_schema(files:list, where=None)->dict:
+    """The columns of parquet `files` from their footers, checked against each other: {'types': {column: arrow type, the widest},
+    'nullable_ints': integer columns that hold (or may hold) nulls, 'rows': rows in all, 'same': one schema}. An unreadable file, a
+    column missing from a file or of another family of type (int and string) is an error naming the file and column; so is no file"""
+    import pyarrow as pa, pyarrow.parquet as pq
+    where = ifnone(where, files[0] if len(files) == 1 else 'the files')
+    if not files: raise FileNotFoundError(f"{str(where)!r}: no .parquet files there")
+    types,first,rows,nulls,same = None,None,0,set(),True
+    for f in files:
+        try: md = pq.ParquetFile(f).metadata; sch = md.schema.to_arrow_schema()
+        except Exception as e:
+            raise ValueError(f"{f}: not a readable parquet file ({type(e).__name__}: {e}): remove it or write it again") from None
+        rows += md.num_rows
+        ts = {n: sch.field(n).type for n in sch.names if n != '__index_level_0__'}
+        if types is None: types,first = ts,f; continue
+        if miss := [c for c in types if c not in ts]:
+            raise ValueError(f"{f} has no column {', '.join(map(repr, miss))}, which {first} has: every file must have the same columns")
+        if more := [c for c in ts if c not in types]:
+            raise ValueError(f"{f} has column(s) {', '.join(map(repr, more))}, which {first} has not: the files must have the same columns")
+        for c,t in ts.items():
+            a,b = _arrow_kind(types[c]),_arrow_kind(t)
+            if 'null' in (a, b): types[c] = t if a == 'null' else types[c]; continue
+            if a != b or a not in ('integer', 'floating') and types[c] != t: raise ValueError(
+                f"column {c!r} is {t} in {f} but {types[c]} in {first}: write every file with one type for it")
+            same &= t == types[c]
+            if a in ('integer', 'floating') and t.bit_width > types[c].bit_width: types[c] = t
+    for f in files:  # integer columns with nulls: pandas would read them as float64 without the file's pandas metadata
+        md = pq.ParquetFile(f).metadata
+        for i in range(md.num_columns):
+            c = md.schema.column(i).name
+            if c in types and pa.types.is_integer(types[c]) and any(
+                (st := md.row_group(g).column(i).statistics) is None or not st.has_null_count or st.null_count
+                for g in range(md.num_row_groups)): nulls.add(c)
+    return dict(types=types, nullable_ints=sorted(nulls), rows=rows, same=same)
+
+def ints_exact(sch:dict)->dict:
+    "pyarrow's `to_pandas` arguments that read integer columns with nulls as pandas' nullable integers (exact), not float64"
+    import pyarrow as pa
+    m = {t: pd.api.types.pandas_dtype(('UInt' if pa.types.is_unsigned_integer(t) else 'Int') + str(t.bit_width))
+         for c,t in sch['types'].items() if c in sch['nullable_ints']}
+    return dict(types_mapper=m.get) if m else {}
+
+def schema_casts(sch:dict, dtypes:dict)->dict:
+    "{column: type} casting the numeric columns of `dtypes` read narrower than `parquet_schema`'s widest (int32 in a file of int64s)"
+    return {c: t.to_pandas_dtype() for c,t in sch['types'].items() if c in dtypes and c not in sch['nullable_ints']
+            and _arrow_kind(t) in ('integer', 'floating') and dtypes[c] != t.to_pandas_dtype()}
+
+def read_parquet_exact(files:list, sch:dict, columns=None):
+    "pandas frame of parquet `files` (checked by `parquet_schema`): integer columns with nulls exact, each column of one type"
+    import pyarrow.parquet as pq
+    def one(f):
+        df = pq.read_table(f, columns=columns).to_pandas(**ints_exact(sch))
+        return df.astype(schema_casts(sch, dict(df.dtypes)))
+    return pd.concat([one(f) for f in files], ignore_index=True) if len(files) > 1 else one(files[0])
+
 def read_frame(path, gpu:bool|None=None):
-    "The .parquet or .csv file `path`, or the parquet files of a folder or glob, read by cuDF if `gpu` (default: if available), else pandas"
+    """The .parquet or .csv file `path`, or the parquet files of a folder or glob (`parquet_files`, their schemas checked against each
+    other), read by cuDF if `gpu` (default: if available), else pandas; integer ids with nulls are read exactly"""
     lib = importlib.import_module('cudf') if ifnone(gpu, gpu_available()) else pd
-    if (files := parquet_files(path)) is not None:
-        if not files: raise FileNotFoundError(f"{str(path)!r}: no .parquet files there")
-        return lib.read_parquet(files) if lib is not pd else pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    p = Path(path)
-    if p.suffix not in ('.parquet', '.csv'):
+    files,p = parquet_files(path),Path(path)
+    if files is None and p.suffix not in ('.parquet', '.csv'):
         raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file, nor a folder or glob of parquet files")
-    return (lib.read_parquet if p.suffix=='.parquet' else lib.read_csv)(p)
+    if files is None and p.suffix == '.csv': return lib.read_csv(p)
+    files = ifnone(files, [str(p)])
+    sch = parquet_schema(files, path)
+    if lib is pd: return read_parquet_exact(files, sch)
+    parts = [lib.read_parquet(files)] if sch['same'] else [lib.read_parquet(f) for f in files]  # widths differ: each, then concat
+    return parts[0] if len(parts) == 1 else lib.concat(parts, ignore_index=True)
 
 def write_parquet(df, path, row_group_rows:int=131_072):
     "Write frame `df` (cuDF or pandas) to parquet file `path` in row groups of `row_group_rows`, without its index"

@@ -182,6 +182,7 @@ def read_data(
             f"`data`: no file {data!r}; give a .parquet or .csv file, a folder or glob of parquet files, 'synth', 'synth-criteo' "
             f"or 'movielens'")
         df,cols = read_frame(data, gpu),{}
+        if not len(df): raise ValueError(f"`data` {data!r}: no rows in its file(s): nothing to process")
     cols.update({k: _names(v) for k,v in names.items() if v})
     cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
@@ -260,12 +261,13 @@ def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:fl
         blocksize = int(blocksize * sum(rows) / (workers * -(-(n+1) // workers)) / max(rows) * 1.02)  # a row group's rounding
     return best[1]
 
-def _read_parquet(data, blocksize:int|None=None, gpu:bool=False):
+def _read_parquet(data, blocksize:int|None=None, gpu:bool=False, **kwargs):
     """dask `read_parquet` of `data` in `_parquet_parts`; by default on a cluster of GPU workers of two or more threads in all,
     `_even_parts` for its threads: each works on a partition at once (3 partitions on a worker of 2 threads: one thread idle for the
     last partition's time)"""
     from .tabular_dask import _client
-    read = lambda b: importlib.import_module('dask_cudf' if gpu else 'dask.dataframe').read_parquet(data, **_parquet_parts(b, gpu))
+    lib = importlib.import_module('dask_cudf' if gpu else 'dask.dataframe')
+    read = lambda b: lib.read_parquet(data, **_parquet_parts(b, gpu), **kwargs)
     w = sum(c.nthreads().values()) if gpu and blocksize is None and (c := _client()) else 1
     return read(blocksize) if w < 2 or isinstance(b := _gpu_blocksize(), float) else _even_parts(read, b, w)
 
@@ -288,9 +290,13 @@ def read_dask(
     if data in ('synth', 'synth-criteo', 'movielens'):
         df,cols = read_data(data, rows, gpu, seed, **names)
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
-    kind = 'csv' if str(data).endswith('.csv') else 'parquet'
-    ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize))) if kind == 'csv' else \
-          _read_parquet(data, blocksize, gpu)
+    if str(data).endswith('.csv'): ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize)))
+    else:  # the files `read_frame` reads, checked alike; integer ids with nulls exact; one type a column
+        if (files := parquet_files(data)) is None and not Path(data).exists(): raise FileNotFoundError(f"`data`: no file {data!r}")
+        sch = parquet_schema(files := ifnone(files, [str(data)]), data)
+        if not sch['rows']: raise ValueError(f"`data` {data!r}: no rows in its file(s): nothing to process")
+        ddf = _read_parquet(files, blocksize, gpu, **({} if gpu else dict(arrow_to_pandas=ints_exact(sch) or None)))
+        if casts := schema_casts(sch, dict(ddf.dtypes)): ddf = ddf.astype(casts)
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
     if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:

@@ -18,8 +18,8 @@ from .recorder import allowed_sync
 from .model import save_weights, load_weights
 
 # %% auto #0
-__all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'Checkpoint', 'StopAfter',
-           'use_rank_gpu', 'setup_distrib']
+__all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'load_checkpoint',
+           'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -187,6 +187,12 @@ def detach_distributed(self:Learner):
     return _fai_detach_distributed(self)
 
 # %% ../nbs/07_distributed.ipynb #3b9d4522
+def load_checkpoint(fn, device='cpu')->dict:
+    "The state `Checkpoint` saved in `fn`, onto `device`; an error naming `fn` where it cannot be read (a write cut short)"
+    try: return torch.load(fn, map_location=device, weights_only=False)
+    except Exception as e: raise ValueError(f"{fn}: not a readable checkpoint ({type(e).__name__}: {e}); it may be truncated: resume from "
+                                            "a copy of it, or train again without `resume`") from None
+
 class Checkpoint(Callback):
     "Save weights, optimizer, scaler, schedule and loader position every `every` training batches and after each epoch; resume them"
     order = 20  # after TrainEvalCallback, MixedPrecision and DistributedTrainer set up the fit
@@ -200,10 +206,12 @@ class Checkpoint(Callback):
         self.pos,self.skip0,self.saved,self.bytes,self.n_saves = None,0,None,0,0
         if self.resume is None: return
         p = next(get_model(self.model).parameters())
-        st = torch.load(self.resume, map_location=p.device, weights_only=False)
+        st = load_checkpoint(self.resume, p.device)
         if 'model' in st: get_model(self.model).load_state_dict(st['model'])  # a checkpoint of before the weights had their own file
         else: load_weights(self.model, Path(self.resume).parent/st['weights'])
-        self.opt.load_state_dict(st['opt'])
+        try: self.opt.load_state_dict(st['opt'])
+        except (ValueError, KeyError, RuntimeError) as e: raise ValueError(
+            f"{self.resume}: its optimizer state does not fit this optimizer ({e}): resume with the optimizer that wrote it") from None
         scaler = getattr(self.learn, 'scaler', None)
         if scaler is not None and 'scaler' in st: scaler.load_state_dict(st['scaler'])
         if st['n_epoch'] != self.n_epoch: warn(f"resuming a run of {st['n_epoch']} epochs with {self.n_epoch}: the schedule differs")

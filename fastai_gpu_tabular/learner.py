@@ -14,7 +14,7 @@ from .tabular import *
 from .loader import *
 from .recorder import *
 from .model import *
-from .optimizer import SparseEmbedOpt
+from .optimizer import SparseEmbedOpt, SPARSE_RULES
 
 # %% auto #0
 __all__ = ['LR_FIND_CHECK', 'RUN_FORMAT', 'tabular_learner', 'save_run', 'load_run']
@@ -40,8 +40,17 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
                     mh_mode:str='sum', # How multi-hot bags combine their embeddings: 'sum' or 'mean'
                     fast:bool=True, # `FastTabularModel`; False: fastai's `TabularModel` (`TabularModelMH` with multi-hot columns)
                     show_every:int=25, # Batches between two refreshes of the progress bar's loss (`DeviceRecorder`)
+                    emb_opt:str|None=None, # Row-sparse tables stepped by `SparseEmbedOpt` with this rule ('rowwise-adagrad', 'adagrad',
+                                           # 'lazy-adam'), `opt_func` the rest; None or 'dense': `opt_func` all (fastai's)
                     **kwargs):
-    "fastai's `tabular_learner` with `FastTabularModel` (fastai's if not `fast`), multi-hot columns, `DeviceRecorder` and `SplitExtras`"
+    """fastai's `tabular_learner` with `FastTabularModel` (fastai's if not `fast`), multi-hot columns, `DeviceRecorder` and `SplitExtras`;
+    `emb_opt` gives the tables row-sparse gradients and steps (`config['sparse']` and `SparseEmbedOpt` in one keyword)"""
+    if emb_opt not in (None, 'dense'):
+        if emb_opt not in SPARSE_RULES:
+            raise ValueError(f"`emb_opt` must be None, 'dense' or one of {', '.join(SPARSE_RULES)}, not {emb_opt!r}")
+        if not fast: raise ValueError(f"`emb_opt` {emb_opt!r} steps `FastTabularModel`'s packed tables: leave `fast` True")
+        config = dict(ifnone(config, tabular_config()), sparse=True)
+        kwargs['opt_func'] = partial(SparseEmbedOpt, opt_func=kwargs.get('opt_func', Adam), rule=emb_opt)
     mh_names = getattr(dls.train_ds, 'mh_names', None) or []
     args = dict(layers=layers, emb_szs=emb_szs, config=config, n_out=n_out, y_range=y_range, mh_mode=mh_mode, fast=fast)
     kwargs['cbs'] = L(kwargs.get('cbs')) + SplitExtras()  # pass-through columns (`extra_names`) leave the targets before the loss
@@ -161,7 +170,9 @@ def save_run(learn:Learner, path)->Path:
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     save_procs(learn.dls.train_ds, path/'procs')
     cfg = dict(args, config=_json_config(args['config']), y_range=list(args['y_range']) if args['y_range'] is not None else None)
-    (path/'model.json').write_text(json.dumps(dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__), indent=1))
+    rule = getattr(learn.opt_func, 'keywords', {}).get('rule')  # `SparseEmbedOpt`'s: a row-sparse model loads with its rule
+    (path/'model.json').write_text(json.dumps(dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__, sparse_rule=rule),
+                                              indent=1))
     save_weights(learn.model, path/'model.safetensors')
     return path
 
@@ -185,7 +196,8 @@ def load_run(
     m = d['model']
     cfg = dict(m['config'])
     if 'act_cls' in cfg: cfg['act_cls'] = getattr(nn, cfg['act_cls'])(**({'inplace': True} if cfg['act_cls']=='ReLU' else {}))
+    rule = (d.get('sparse_rule') or 'lazy-adam') if cfg.pop('sparse', False) else None  # a row-sparse model loads with its rule
     learn = tabular_learner(dls, layers=m['layers'], emb_szs=m['emb_szs'], config=cfg or None, n_out=m['n_out'], y_range=m['y_range'],
-                            mh_mode=m['mh_mode'], fast=m['fast'])
+                            mh_mode=m['mh_mode'], fast=m['fast'], emb_opt=rule)
     load_weights(learn.model, path/'model.safetensors', dev)
     return learn

@@ -217,7 +217,8 @@ class _TableBlock(torch.autograd.Function):
             joint = (tuple(id(ctx.tabs[i]) for i in cols), ids, vals)  # for `SparseEmbedOpt`: the width's gradient as one tensor
             for i,ci,vi in zip(cols, codes.t().unsqueeze(1).unbind(0), vals.view(bs, len(cols), d).unbind(1)):  # each table's: views
                 if not ctx.needs_input_grad[5+i]: continue  # row-sparse, uncoalesced, set (or added) here: autograd's accumulation
-                t,gi = ctx.tabs[i],torch.sparse_coo_tensor(ci, vi, ctx.tabs[i].shape)  # would copy it (unless nothing else can reach it)
+                t,gi = ctx.tabs[i],torch.sparse_coo_tensor(ci, vi, ctx.tabs[i].shape,  # would copy it (unless nothing else can reach it)
+                                                           check_invariants=False)  # codes in range: no check (nor torch's warning)
                 if t.grad is None: gi._joint,t.grad = joint,gi
                 else: t.grad = t.grad + gi
         grads = [None]*len(ctx.tabs)
@@ -315,4 +316,9 @@ def load_weights(model, fn, device=None):
     "The weights in safetensors file `fn` into `model` (a DDP wrapper unwrapped), read onto `device` (default: the model's)"
     from safetensors.torch import load_file
     m = get_model(model)
-    m.load_state_dict(load_file(str(fn), device=str(ifnone(device, next(m.parameters()).device))))
+    try: sd = load_file(str(fn), device=str(ifnone(device, next(m.parameters()).device)))
+    except Exception as e: raise ValueError(f"{fn}: not a readable safetensors file of weights ({type(e).__name__}: {e}); it may be "
+                                            "truncated (a write cut short): write it again, or resume from an earlier checkpoint") from None
+    try: m.load_state_dict(sd)
+    except RuntimeError as e: raise ValueError(f"{fn} holds weights of another model than this one: build the model with the settings that "
+                                               f"wrote it (tables, widths, layers, vocabularies). {e}") from None

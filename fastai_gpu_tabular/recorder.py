@@ -6,6 +6,7 @@
 from __future__ import annotations
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
+from fastai.callback.schedule import LRFinder
 from .comm import mean_over_ranks
 
 # %% auto #0
@@ -32,7 +33,8 @@ class DeviceSmoothLoss(AvgSmoothLoss):
 
 # %% ../nbs/04a_recorder.ipynb #1e184766
 class DeviceRecorder(Recorder):
-    "fastai's `Recorder`, keeping the losses on the device and refreshing the shown loss every `show_every` batches"
+    """fastai's `Recorder`, keeping the losses on the device and refreshing the shown loss every `show_every` batches; a training loss
+    that is not finite ends the fit with an error naming its epoch and batch, once its copy arrives (at the latest when the epoch ends)"""
     def __init__(self, add_time=True, train_metrics=False, valid_metrics=True, beta=0.98,
                  show_every:int=25): # Batches between two copies of the smooth loss for the progress bar
         super().__init__(add_time=add_time, train_metrics=train_metrics, valid_metrics=valid_metrics, beta=beta)
@@ -44,8 +46,9 @@ class DeviceRecorder(Recorder):
     def before_fit(self):
         super().before_fit()
         self.shown_loss,self._copy,self._on_host = None,None,0
+        self._check = not any(isinstance(cb, LRFinder) for cb in self.learn.cbs)  # `lr_find` diverges on purpose, and stops itself
 
-    def before_train(self): super().before_train(); self._mets = list(self._train_mets)
+    def before_train(self): super().before_train(); self._mets = list(self._train_mets); self._bad = None
     def before_validate(self): super().before_validate(); self._mets = list(self._valid_mets)
 
     def after_batch(self):
@@ -56,7 +59,17 @@ class DeviceRecorder(Recorder):
         self.lrs.append(self.opt.hypers[-1]['lr'])
         self.losses.append(self.smooth_loss.value)
         self.learn.smooth_loss = self.smooth_loss.value
+        if self._check and torch.is_tensor(l := self.learn.loss):  # the first batch of the epoch with a loss not finite, kept on the device
+            if self._bad is None: self._bad = torch.full((), -1, device=l.device)
+            self._bad = torch.where((self._bad < 0) & ~torch.isfinite(l.detach()).all(), self.iter, self._bad)
         self._show()
+        if self._check and self.shown_loss is not None and not math.isfinite(float(self.shown_loss)): self._diverged()
+
+    def _diverged(self):
+        "Raise: the training loss is not finite (NaN or infinite), at the first batch of this epoch where it was not"
+        with allowed_sync(): b = int(self._bad) if self._bad is not None else self.iter
+        raise FloatingPointError(f"the training loss is not finite (NaN or infinite) from batch {b} of epoch {self.epoch} (both counted "
+                                 f"from 0): the model diverged and training stopped; lower the learning rate (`lr`, `--lr`)")
 
     def _show(self):
         "Copy the smooth loss to the host every `show_every` batches without waiting; show the copy once it has arrived"
@@ -75,7 +88,9 @@ class DeviceRecorder(Recorder):
         self._on_host = len(self.losses)
 
     def after_train(self):
-        self._losses_to_host(); super().after_train()
+        self._losses_to_host()
+        if self._bad is not None and int(self._bad) >= 0: self._diverged()
+        super().after_train()
 
     def after_fit(self): self._losses_to_host(); self._copy = None
 

@@ -220,8 +220,9 @@ def encodes(self, to:TabularGPU):
         if n not in to.items.columns: continue
         c = cat_codes(to.items[n], list(self.vocab))
         bad = to.items[n][(c<0) & to.items[n].notna()]
-        if len(bad): raise ValueError(f"target '{n}' has labels not seen in training, e.g. {host_list(bad.head(3))}: "
-                                      f"pass the full label set as `CategoryBlock(vocab=...)`")
+        if len(bad): raise ValueError(f"target '{n}' has labels not seen in the training rows, e.g. {host_list(bad.head(3))}: pass the "
+                                      "full label set as `CategoryBlock(vocab=...)`; `fgt-prep`/`fgt-train`: another `--seed` or a "
+                                      "smaller `--valid-pct` may put them in training, or leave the rows of so rare a class out")
         to.items[n] = c
     return to
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
-import functools, importlib, math, time
+import functools, importlib, math, multiprocessing, time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable
@@ -41,14 +41,20 @@ def dask_client(
     from distributed import Client, default_client
     try: return default_client()
     except ValueError: pass
-    if ifnone(gpu, gpu_available()):
-        from dask_cuda import LocalCUDACluster
-        cluster = LocalCUDACluster(n_workers=n_workers, device_memory_limit=device_memory_limit, rmm_pool_size=rmm_pool_size,
-                                   memory_limit=memory_limit, threads_per_worker=ifnone(threads_per_worker, 2), protocol='tcp', **kwargs)
-    else:
-        from distributed import LocalCluster
-        cluster = LocalCluster(n_workers=ifnone(n_workers, 2), threads_per_worker=ifnone(threads_per_worker, 1), memory_limit=memory_limit,
-                               **kwargs)
+    try:
+        if ifnone(gpu, gpu_available()):
+            from dask_cuda import LocalCUDACluster
+            cluster = LocalCUDACluster(n_workers=n_workers, device_memory_limit=device_memory_limit, rmm_pool_size=rmm_pool_size,
+                                       memory_limit=memory_limit, threads_per_worker=ifnone(threads_per_worker, 2), protocol='tcp',
+                                       **kwargs)
+        else:
+            from distributed import LocalCluster
+            cluster = LocalCluster(n_workers=ifnone(n_workers, 2), threads_per_worker=ifnone(threads_per_worker, 1),
+                                   memory_limit=memory_limit, **kwargs)
+    except Exception as e:  # the workers that did start would keep the process alive (seen: a GPU worker failed, the rest hung on)
+        for p in multiprocessing.active_children(): p.kill()
+        raise RuntimeError(f"the dask workers could not start ({type(e).__name__}: {e}; the tracebacks above say why): fix that, "
+                           "or preprocess without `--dask` (in memory)") from e
     client = Client(cluster)
     print(f"dask dashboard: {client.dashboard_link}")
     return client

@@ -4,10 +4,11 @@
 
 # %% ../nbs/08_train.ipynb #9a77ed33
 from __future__ import annotations
-import json, os, shutil, time
+import json, os, shutil, socket, time
+from contextlib import contextmanager
 from fastai.tabular.all import *
 from fastai.distributed import *
-from .backend import gpu_available, read_frame
+from .backend import gpu_available, read_frame, explode_rows, host_list
 from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
@@ -15,16 +16,18 @@ from .learner import tabular_learner, save_run, load_run
 from .model import save_weights, load_weights
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
-from .distributed import Checkpoint, StopAfter, ddp_kwargs
+from .distributed import Checkpoint, StopAfter, ddp_kwargs, load_checkpoint
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
 from .loader import device_bytes_free
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
-__all__ = ['TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range',
-           'pick_lr', 'check_args', 'finished', 'read_step', 'emb_sizes', 'build_step', 'model_memory', 'fit_step',
-           'report_step', 'main', 'predict', 'predict_cli']
+__all__ = ['RUN_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH_MIN_ROWS', 'TrainTimer', 'Phases', 'KeepBest',
+           'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'parse_layers',
+           'check_args', 'finished', 'run_lock', 'claim_out', 'run_settings', 'check_run', 'check_processed_names',
+           'read_step', 'table_params', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory',
+           'fit_step', 'report_step', 'main', 'predict', 'warn_unseen', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -60,7 +63,7 @@ class KeepBest(SaveModelCallback):
                 ):
         super().__init__(monitor='valid_loss', fname='best', with_opt=False)
         self.state_fn,self.fn = Path(out)/'best.json',Path(out)/'best.safetensors'
-        self.resume,self.checkpoint,self.bytes,self.kept = resume,checkpoint,0,None
+        self.resume,self.checkpoint,self.bytes,self.kept,self.kept_epoch = resume,checkpoint,0,None,None
     def _save(self, name):
         "best.safetensors: a link to the checkpoint's weights of this epoch where there is one (else a copy or a write; rank 0 only)"
         if rank_distrib(): return
@@ -76,7 +79,7 @@ class KeepBest(SaveModelCallback):
     def before_fit(self):
         super().before_fit()
         if self.resume and self.state_fn.exists():
-            d = json.loads(self.state_fn.read_text()); self.best,self.kept = d['valid_loss'],d.get('values')
+            d = json.loads(self.state_fn.read_text()); self.best,self.kept,self.kept_epoch = d['valid_loss'],d.get('values'),d.get('epoch')
     def before_epoch(self): self.n_values = len(self.recorder.values)
     def after_epoch(self):
         vals = self.recorder.values
@@ -85,6 +88,7 @@ class KeepBest(SaveModelCallback):
         if self.new_best:
             self._save(self.fname)
             self.kept = [None if v is None else float(v) for v in vals[-1][1:]]  # its validation: loss and metrics, as recorded
+            self.kept_epoch = self.epoch
             if not rank_distrib():
                 self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch, values=self.kept)))
     def after_fit(self):
@@ -100,9 +104,12 @@ def parse_metrics(
 )->list:
     "fastai metrics from their command-line names"
     if names is None: return ([accuracy, RocAucBinary()] if c==2 else [accuracy]) if c else [rmse]
-    res = []
+    res,target = [],f'a classifier of {c} classes' if c else 'a regression'
     for n in [o.strip().lower() for o in names.split(',') if o.strip()]:
         base,_,k = n.partition('@')
+        if (n == 'auc' and c != 2) or (n == 'accuracy' and not c) or (n == 'rmse' and c): raise ValueError(
+            f"`metrics`: {n} is for {'two classes' if n == 'auc' else 'a classifier' if n == 'accuracy' else 'a regression'}, and this "
+            f"target trains {target}: use {'accuracy' if c else 'rmse'}")
         if base in ('mrr', 'ndcg', 'recall') and not groups:
             raise ValueError(f"metric {n!r} ranks rows per group: pass `--group-names`, e.g. userId")
         if base in ('ndcg', 'recall') and not k.isdigit(): raise ValueError(f"metric {n!r} needs a cutoff, e.g. {base}@10")
@@ -119,19 +126,38 @@ def auto_bs(n_rows:int, world:int=1, steps:int=500)->int:
     "Rows a batch per process for about `steps` steps an epoch over `n_rows` training rows: a power of 2 from 64 to 65,536"
     return int(2**np.clip(np.round(np.log2(max(n_rows, 1)/(steps*world))), 6, 16))
 
-def baseline(to, y_block:str)->dict|None:
-    "The validation score of a constant guess: the training split's majority class (accuracy) or mean (rmse); None for streamed data"
-    if not len(getattr(to, 'items', ())) or not len(to.valid) or not to.y_names: return None
+def _processed_targets(data, split:str, y:str):
+    "The targets of a processed folder's `split`, file by file (only their column read), as numpy arrays"
+    import pyarrow.parquet as pq
+    fs,root,info = read_dataset_info(data)
+    for f in info[split]['files']: yield pq.read_table(f'{root}/{f}', columns=[y], filesystem=fs)[y].to_numpy(zero_copy_only=False)
+
+def baseline(to, y_block:str, data=None)->dict|None:
+    """The validation score of a constant guess: the training split's majority class (accuracy) or mean (rmse); from the target column
+    of processed folder `data` (streamed), or from `to`'s rows; None without validation rows or target"""
+    if not to.y_names: return None
     y = to.y_names[0]
-    tr,va = to_pandas(to.train.items[y]),to_pandas(to.valid.items[y])
-    if y_block == 'category': return dict(metric='accuracy', value=float((va == tr.mode().iloc[0]).mean()), guess='the majority class')
-    return dict(metric='_rmse', value=float(np.sqrt(((va.astype(float) - tr.mean())**2).mean())), guess='the mean')
+    if len(getattr(to, 'items', ())): tr,va = [[to_pandas(s.items[y]).to_numpy()] for s in (to.train, to.valid)]
+    elif data is not None and is_processed(data): tr,va = (_processed_targets(data, k, y) for k in ('train', 'valid'))
+    else: return None
+    if y_block == 'category':
+        counts = Counter()
+        for a in tr: counts.update(dict(zip(*np.unique(a, return_counts=True))))
+        if not counts: return None
+        top,n,hit = counts.most_common(1)[0][0],0,0
+        for a in va: n,hit = n + len(a),hit + int((a == top).sum())
+        return dict(metric='accuracy', value=hit/n, guess='the majority class') if n else None
+    n,s1 = 0,0.
+    for a in tr: n,s1 = n + len(a),s1 + float(a.astype(float).sum())
+    m,k,sq = s1/max(n, 1),0,0.
+    for a in va: k,sq = k + len(a),sq + float(((a.astype(float) - m)**2).sum())
+    return dict(metric='_rmse', value=float(np.sqrt(sq/k)), guess='the mean') if k and n else None
 
 def report_baseline(base:dict, res:dict):
     "Print the constant guess's score beside the model's; warn when the model does not beat it"
     m = res.get(base['metric'])
     print(f"baseline ({base['guess']}, always): {base['metric'].strip('_')} {base['value']:.4f}")
-    if m is not None and (m <= base['value'] if base['metric']=='accuracy' else m >= base['value']): warn(
+    if m is not None and not (m > base['value'] if base['metric']=='accuracy' else m < base['value']): warn(  # NaN beats nothing
         f"the model does not beat always guessing {base['guess']} ({base['metric'].strip('_')} {m:.4f} vs {base['value']:.4f}): "
         f"try more `--epochs`, another `--lr` or `--bs`, or fewer high-cardinality categorical columns")
 
@@ -142,13 +168,14 @@ def target_range(to)->tuple|None:
     lo,hi = float(y.min()),float(y.max())
     return (lo - 0.05*(hi-lo), hi + 0.05*(hi-lo))
 
-def pick_lr(learn, out, opt:str, resume:bool=False)->float:
-    """A run's learning rate given none: `lr_find`'s valley in one process; under a launcher, a rule (LAMB 5e-3 at 1,024 rows, Adam
-    2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"""
+def pick_lr(learn, out, opt:str, resume:bool=False, sparse:bool=False)->float:
+    """A run's learning rate given none: with row-sparse tables (`sparse`) `SPARSE_LR`; else `lr_find`'s valley in one process, under a
+    launcher a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"""
     fn = Path(out)/'lr.json'
     if resume and fn.exists(): return json.loads(fn.read_text())['lr']
     world,bs = max(num_distrib(), 1),learn.dls.train.bs
-    if num_distrib():  # under a launcher: lr_find on one rank would meet the others' collectives; a rule every rank computes alike
+    if sparse: lr,how = SPARSE_LR,'the row-sparse tables\' rule'
+    elif num_distrib():  # under a launcher: lr_find on one rank would meet the others' collectives; a rule every rank computes alike
         lr,how = large_batch_lr(bs*world, *((5e-3, 1024) if opt=='lamb' else (2e-3, 64))),'square-root rule'
     else:
         epoch = learn.dls.train.epoch  # lr_find draws batches: the run's epochs must not move
@@ -158,17 +185,33 @@ def pick_lr(learn, out, opt:str, resume:bool=False)->float:
     return lr
 
 # %% ../nbs/08_train.ipynb #936a4bfa
-def check_args(y_block:str, opt:str, precision:str, epochs:int, bs:int|None, emb_rule:str='fastai', emb_opt:str='dense',
-               fastai_model:bool=False):
+def parse_layers(layers:str)->list:
+    "`--layers` '512,256' as [512, 256]: positive whole numbers, comma-separated"
+    try: res = [int(o) for o in str(layers).split(',')]
+    except ValueError: res = []
+    if not res or min(res) < 1: raise ValueError(f"`layers` must be hidden layer sizes, positive whole numbers comma-separated such as "
+                                                 f"'512,256', not {layers!r}")
+    return res
+
+def check_args(y_block:str|None, opt:str, precision:str, epochs:int, bs:int|None, emb_rule:str='fastai', emb_opt:str='dense',
+               fastai_model:bool=False, lr:float|None=None, layers:str='512,256', valid_pct:float|None=None, stop_after:int=0,
+               checkpoint_every:int=0):
     "Refuse `fgt-train` arguments that cannot work, before anything is read"
-    if emb_rule not in ('fastai', 'fixed'): raise ValueError(f"`emb_rule` must be 'fastai' or 'fixed', not {emb_rule!r}")
-    if emb_opt not in ('dense', *SPARSE_RULES):
-        raise ValueError(f"`emb_opt` must be 'dense' or one of {', '.join(SPARSE_RULES)}, not {emb_opt!r}")
-    if emb_opt != 'dense' and fastai_model:
+    parse_layers(layers)
+    if lr is not None and not (np.isfinite(lr) and lr > 0): raise ValueError(f"`lr` must be a positive finite learning rate, not {lr}")
+    if valid_pct is not None and not 0 <= valid_pct < 1: raise ValueError(f"`valid_pct` must be a share in [0, 1), not {valid_pct}")
+    for k,v in (('stop_after', stop_after), ('checkpoint_every', checkpoint_every)):
+        if v < 0: raise ValueError(f"`{k}` must be a number of batches, 0 or more (0: never), not {v}")
+    if emb_rule not in ('auto', 'fastai', 'fixed'): raise ValueError(f"`emb_rule` must be 'auto', 'fastai' or 'fixed', not {emb_rule!r}")
+    if emb_opt not in ('auto', 'dense', *SPARSE_RULES):
+        raise ValueError(f"`emb_opt` must be 'auto', 'dense' or one of {', '.join(SPARSE_RULES)}, not {emb_opt!r}")
+    if emb_opt not in ('auto', 'dense') and fastai_model:
         raise ValueError(f"`emb_opt` {emb_opt!r} needs our model's packed tables: leave out `fastai_model`")
-    if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
+    if y_block not in (None, 'category', 'regression'):
+        raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
     if opt not in ('auto', 'lamb', 'adam'): raise ValueError(f"`opt` must be 'auto', 'lamb' or 'adam', not {opt!r}")
-    if precision not in ('fp32', 'bf16', 'fp16'): raise ValueError(f"`precision` must be 'fp32', 'bf16' or 'fp16', not {precision!r}")
+    if precision not in ('auto', 'fp32', 'bf16', 'fp16'):
+        raise ValueError(f"`precision` must be 'auto', 'fp32', 'bf16' or 'fp16', not {precision!r}")
     if epochs < 1: raise ValueError(f"`epochs` must be at least 1, not {epochs}")
     if bs is not None and bs < 1: raise ValueError(f"`bs` must be a positive number of rows, not {bs}")
 
@@ -177,22 +220,104 @@ def finished(out:Path, epochs:int, resume:bool)->bool:
     ck = out/'checkpoint.pth'
     if not resume: return False
     if not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
-    if (st := torch.load(ck, map_location='cpu', weights_only=False))['epoch'] < epochs: return False
+    if (st := load_checkpoint(ck, 'cpu'))['epoch'] < epochs: return False
     print(f"`resume`: {ck} is of a finished run ({st['epoch']} epochs): nothing to train, and {out/'metrics.json'} is left "
           f"as it is; pass more `--epochs` to train on, or a new `--out`")
     return True
 
-def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid_pct:float, mem_bytes:int, groups:list,
-              y_block:str, freq_threshold:str|None=None, max_size:str|None=None, **cols)->tuple:
+def _alive(pid)->bool:
+    "Whether process `pid` of this host runs"
+    try: os.kill(int(pid), 0); return True
+    except (OSError, TypeError, ValueError): return False
+
+@contextmanager
+def run_lock(out:Path):
+    """Hold `out`/.fgt-train.lock (rank 0) while a run writes to `out`: a second `fgt-train` on `out` is refused, naming the first; a
+    lock left by a process of this host that ended (killed) is taken over"""
+    if rank_distrib(): yield; return
+    out.mkdir(parents=True, exist_ok=True)
+    fn,me = out/'.fgt-train.lock',dict(host=socket.gethostname(), pid=os.getpid())
+    for _ in range(2):
+        try: fd = os.open(fn, os.O_CREAT | os.O_EXCL | os.O_WRONLY); break
+        except FileExistsError:
+            try: other = json.loads(fn.read_text())
+            except (OSError, ValueError): other = {}
+            if other.get('host') == me['host'] and not _alive(other.get('pid')): fn.unlink(missing_ok=True); continue
+            raise RuntimeError(f"{out} is in use by another `fgt-train` (process {other.get('pid', '?')} on {other.get('host', '?')}, "
+                               f"{fn}): wait for it to end, or train into another `--out`; remove {fn} if that process is gone") from None
+    os.write(fd, json.dumps(me).encode()); os.close(fd)
+    try: yield
+    finally: fn.unlink(missing_ok=True)
+
+RUN_FILES = ('checkpoint.pth', 'checkpoint.tmp', 'checkpoint-*.safetensors', 'best.json', 'best.safetensors', 'best.tmp', 'lr.json',
+             'metrics.json', 'run.json', 'model')
+
+def claim_out(out:Path, resume:bool, overwrite:bool):
+    "Refuse to train into `out` holding a run, unless `resume` (go on from it) or `overwrite` (its files removed first, by rank 0)"
+    held = [f.name for g in RUN_FILES for f in sorted(out.glob(g))]
+    if resume or not any(o in held for o in ('checkpoint.pth', 'model')):
+        if resume and overwrite: raise ValueError("`resume` goes on from the run in `out`, `overwrite` replaces it: pass one of them")
+        return
+    if not overwrite: raise FileExistsError(f"{out} holds a run ({', '.join(held[:4])}): pass `--resume` to go on from its checkpoint, "
+                                            "`--overwrite` to replace it, or another `--out`")
+    distrib_barrier()  # every rank has looked before rank 0 removes
+    if not rank_distrib():
+        for f in held: (shutil.rmtree if (out/f).is_dir() else os.unlink)(out/f)
+    distrib_barrier()
+
+RUN_SETTINGS = ('data', 'rows', 'cat_names', 'cont_names', 'mh_names', 'y_names', 'y_block', 'valid_pct', 'seed', 'layers', 'emb_dim',
+                'emb_rule', 'emb_opt', 'bs', 'lr', 'opt', 'precision', 'no_bn', 'fastai_model', 'freq_threshold', 'max_size', 'mem_bytes',
+                'sync_bn', 'bf16_grads', 'sparse_embeddings', 'deterministic')
+
+def run_settings(args:dict, dls, to, world:int)->dict:
+    """What shapes a run's data, model and optimizer: `fgt-train`'s `RUN_SETTINGS` as given (a path absolute), the processes, the
+    vocabularies' sizes by column (in order) and the rows of each split"""
+    st = {k: args.get(k) for k in RUN_SETTINGS}
+    if Path(str(st['data'])).exists(): st['data'] = str(Path(st['data']).resolve())
+    st.update(processes=world, vocab=[[n, len(c)] for n,c in getattr(to, 'classes', {}).items()],
+              split_rows=[dls.train.n, dls.valid.n])
+    return json.loads(json.dumps(st))
+
+def _flag(k:str)->str:
+    return dict(processes='processes (`accelerate launch --num_processes`)', vocab='vocabulary sizes (the data)',
+                split_rows='rows of the training and validation splits (the data)').get(k, f"`--{k.replace('_', '-')}`")
+
+def check_run(out:Path, st:dict, resume:bool):
+    "With `resume`, refuse settings `st` that differ from those `out`/run.json recorded, naming each; else record them (rank 0)"
+    fn = out/'run.json'
+    if resume and fn.exists():
+        was = json.loads(fn.read_text())
+        if diff := [k for k in st if k in was and was[k] != st[k]]: raise ValueError(
+            f"`resume`: the run in {out} was trained with other settings, so it would not go on as the run it resumes: "
+            + '; '.join(f"{_flag(k)} was {was[k]!r}, now {st[k]!r}" for k in diff)
+            + ". Resume with the run's settings (run.json), or start a new run (another `--out`, or `--overwrite`)")
+    elif not rank_distrib(): out.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(st, indent=1))
+
+def check_processed_names(data, to, given:dict, y_block:str):
+    "Refuse `fgt-train` column names or `y_block` that differ from processed folder `data`'s (its own: the flags would be ignored)"
+    for k,v in given.items():
+        if not v: continue
+        have = y_block if k == 'y_block' else [n for n in getattr(to, k) if not (n.endswith('_na') and n not in str(v).split(','))]
+        if (v if k == 'y_block' else [o for o in str(v).split(',') if o]) != have: raise ValueError(
+            f"`{k}` {v!r}: {data} is processed with {k} {have if k == 'y_block' else ','.join(have)!r}, which training takes from it; "
+            f"leave `--{k.replace('_', '-')}` out, or process the raw data again with `fgt-prep --{k.replace('_', '-')} {v}`")
+
+def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid_pct:float|None, mem_bytes:int, groups:list,
+              y_block:str|None, freq_threshold:str|None=None, max_size:str|None=None, **cols)->tuple:
     "(loaders, their `TabularGPU`, y_block, group columns, batch size): a processed folder streamed, other data read and processed"
     world = max(num_distrib(), 1)
     if is_processed(data):  # streamed: the split, the procs and the columns are the folder's
         if freq_threshold or max_size: raise ValueError(f"`freq_threshold`/`max_size`: {data} is processed, its vocabularies fitted: "
                                                         "pass them to `fgt-prep`, or give `fgt-train` the raw data")
+        if valid_pct is not None: raise ValueError(f"`valid_pct`: {data} is processed, its rows split by `fgt-prep`: pass `--valid-pct` "
+                                                   "to `fgt-prep`, or give `fgt-train` the raw data")
         bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
         dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
         to = dls.train_ds
-        return dls, to, 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression', groups, bs
+        have = 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression'
+        check_processed_names(data, to, dict(cols, y_block=y_block), have)
+        return dls, to, have, groups, bs
+    y_block,valid_pct = y_block or 'category',ifnone(valid_pct, 0.2)
     df,cols = read_data(data, rows, gpu and gpu_available(), seed, **cols)  # cuDF imported here only: a processed folder is pyarrow's
     for g in groups:  # the raw ids, beside their processed copy
         if g not in df.columns: raise ValueError(f"`group_names`: no column {g!r} in the data")
@@ -205,6 +330,46 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
     bs = ifnone(bs, auto_bs(len(to.train), world))
     return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
 
+SPARSE_MIN_PARAMS = 2**24  # embedding parameters (by fastai's widths) from which the tables are row-sparse and 16 wide by default
+SPARSE_LR = 1e-2  # the maximum learning rate of a run with row-sparse tables given none (`lr_find`'s valley: 2.75e-4, under the baseline)
+GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which one GPU replays CUDA graphs by default: they pay their capture
+
+def table_params(to, emb_dim:str|None, layers:str, n_out:int)->tuple:
+    "(parameters in the embedding tables, parameters in all) of `to`'s model with fastai's widths (`emb_dim` overriding), estimated"
+    names = list(to.cat_names)
+    w = {n: emb_sz_rule(len(to.classes[n])) for n in names} | parse_sizes(emb_dim, names)
+    emb,sizes = sum(len(to.classes[n])*w[n] for n in names),[sum(w.values()) + len(to.cont_names), *parse_layers(layers), n_out]
+    return emb, emb + sum(a*b for a,b in zip(sizes[:-1], sizes[1:]))
+
+def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:int, layers:str, emb_dim:str|None, fastai_model:bool,
+                    emb_opt:str, emb_rule:str, precision:str, cuda_graph:str)->dict:
+    """The settings left 'auto', chosen from the data and the device: row-sparse tables 16 wide (`emb_opt` 'rowwise-adagrad', `emb_rule`
+    'fixed') when fastai's widths would put over half the parameters and `SPARSE_MIN_PARAMS` in the tables; bf16 on a GPU that has it
+    from 16,384 rows a step; CUDA graphs on one GPU from `GRAPH_MIN_ROWS` rows to train. {setting: (value, why)} of those chosen"""
+    res,(emb,total) = {},table_params(to, emb_dim, layers, n_out)
+    big = not fastai_model and emb >= SPARSE_MIN_PARAMS and emb > total/2
+    why = f"fastai's widths: {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
+    if emb_opt == 'auto': res['emb_opt'] = ('rowwise-adagrad' if big else 'dense', why)
+    if emb_rule == 'auto': res['emb_rule'] = ('fixed' if big else 'fastai', why)
+    cuda = torch.device(device).type == 'cuda'
+    if precision == 'auto':
+        bf16 = cuda and bs*world >= 16_384 and torch.cuda.is_bf16_supported()
+        on = 'a GPU with bf16' if bf16 else torch.device(device).type
+        res['precision'] = ('bf16' if bf16 else 'fp32', f"{bs*world:,} rows a step on {on}")
+    if cuda_graph == 'auto':
+        on = cuda and world == 1 and rows*epochs >= GRAPH_MIN_ROWS
+        res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}, {rows*epochs:,} rows to train")
+    return res
+
+def report_defaults(chosen:dict):
+    "One line: what `choose_defaults` chose, why, and the flags that override it"
+    if not chosen or rank_distrib(): return
+    name = dict(emb_opt=lambda v: 'dense tables' if v=='dense' else f'row-sparse tables ({v})', emb_rule=lambda v: f"{v} widths",
+                precision=lambda v: v, cuda_graph=lambda v: 'CUDA graphs' if v else 'no CUDA graphs')
+    flags = dict(emb_opt='--emb-opt', emb_rule='--emb-rule', precision='--precision', cuda_graph='--cuda-graph/--no-cuda-graph')
+    print('defaults: ' + '; '.join(f"{name[k](v)} ({why})" for k,(v,why) in chosen.items())
+          + f"; override with {', '.join(flags[k] for k in chosen)}")
+
 def emb_sizes(emb_dim:str|None, emb_rule:str, names:list)->dict:
     "`emb_szs` for `tabular_learner`: `emb_dim`'s widths over fastai's rule, or with `emb_rule` 'fixed' one width (default 16) for all"
     if emb_rule == 'fastai': return parse_sizes(emb_dim, names)
@@ -215,13 +380,9 @@ def emb_sizes(emb_dim:str|None, emb_rule:str, names:list)->dict:
 def build_step(dls, to, y_block:str, layers:str, emb_dim:str|None, no_bn:bool, fastai_model:bool, opt:str, metrics:list, out:Path,
                precision:str, emb_rule:str='fastai', emb_opt:str='dense')->Learner:
     "The learner: model, optimizer (`ExcludeEmbeddings` with LAMB; the tables by `SparseEmbedOpt`'s `emb_opt`), metrics and precision"
-    opt_func = ForeachLamb if opt=='lamb' else Adam
-    if emb_opt != 'dense': opt_func = partial(SparseEmbedOpt, opt_func=opt_func, rule=emb_opt)
-    config = tabular_config(use_bn=not no_bn, bn_cont=not no_bn)
-    if emb_opt != 'dense': config['sparse'] = True  # `FastTabularModel`'s packed tables with row-sparse gradients
-    learn = tabular_learner(dls, layers=[int(o) for o in layers.split(',')], emb_szs=emb_sizes(emb_dim, emb_rule, list(to.cat_names)),
-                            config=config,
-                            fast=not fastai_model, opt_func=opt_func, metrics=metrics, path=out, model_dir='.',
+    learn = tabular_learner(dls, layers=parse_layers(layers), emb_szs=emb_sizes(emb_dim, emb_rule, list(to.cat_names)),
+                            config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), emb_opt=emb_opt,
+                            fast=not fastai_model, opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
                             y_range=target_range(to) if y_block=='regression' else None)
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
     if precision=='bf16': learn.to_bf16()
@@ -268,6 +429,8 @@ def report_step(learn, out:Path, ph, timer, final, **info)->dict:
     (out/'metrics.json').write_text(json.dumps(res, indent=1))
     print(f"{info['world_size']} process(es) on {torch.device(info['device']).type}: "
           + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names)
+          + (f" (epoch {info['kept_epoch']+1} of {info['epochs']}: the lowest validation loss; `--last` keeps the last)"
+             if info.get('kept_epoch') is not None else f" (the last epoch's)" if learn.recorder.metric_names[2:-1] else '')
           + f"; training {res['train_rows_s'] or 0:,.0f} rows/s; {ph}; saved to {out}")
     if info['baseline'] is not None: report_baseline(info['baseline'], res)
     return res
@@ -280,21 +443,25 @@ def main(
     cont_names:str=None, # Continuous columns, comma-separated
     mh_names:str=None, # Multi-hot (list) columns, comma-separated
     y_names:str=None, # Target column
-    y_block:str='category', # 'category' (classification) or 'regression'
+    y_block:str=None, # 'category' (classification, the default) or 'regression'; a processed folder's is its own
     rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
-    valid_pct:float=0.2, # Validation share (`RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
+    valid_pct:float=None, # Validation share (default 0.2; `RandomRowSplit`: the rows `fgt-prep` picks with the same seed)
     layers:str='512,256', # Hidden layer sizes, comma-separated
-    emb_dim:str=None, # Embedding widths: one for every table (e.g. 16), or 'name=N,...' (others by `emb_rule`); default: fastai's rule
-    emb_rule:str='fastai', # Widths of the tables `emb_dim` leaves out: 'fastai' (`emb_sz_rule`) or 'fixed' (`emb_dim`, default 16, for all)
-    emb_opt:str='dense', # The tables' step: 'dense' (the optimizer's), or row-sparse: 'adagrad', 'rowwise-adagrad', 'lazy-adam'
+    emb_dim:str=None, # Embedding widths: one for every table (e.g. 16), or 'name=N,...' (others by `emb_rule`)
+    emb_rule:str='auto', # Widths of the tables `emb_dim` leaves out: 'fastai' (`emb_sz_rule`), 'fixed' (`emb_dim`, default 16, for all),
+                         # 'auto': 'fixed' where fastai's would put most parameters in large tables (`choose_defaults`), else 'fastai'
+    emb_opt:str='auto', # The tables' step: 'dense' (the optimizer's), row-sparse 'adagrad', 'rowwise-adagrad', 'lazy-adam', or 'auto':
+                        # 'rowwise-adagrad' where the tables are large (`choose_defaults`), else 'dense'
     bs:int=None, # Batch size of each process (default: `auto_bs`, about 500 steps an epoch)
     lr:float=None, # Maximum learning rate (default: `pick_lr`: `lr_find`'s valley in one process, a rule in several)
     epochs:int=3, # Epochs of `fit_one_cycle`
     opt:str='auto', # 'lamb' (`ForeachLamb`, no trust ratio on embeddings), 'adam' (fastai's), 'auto': LAMB from 16,384 rows a step
-    precision:str='fp32', # 'fp32', 'bf16' (`to_bf16`) or 'fp16' (`to_fp16`, with a gradient scaler)
+    precision:str='auto', # 'fp32', 'bf16' (`to_bf16`), 'fp16' (`to_fp16`, with a gradient scaler); 'auto': bf16 on a GPU that has it
+                          # from 16,384 rows a step, else fp32
     out:str='fgt_run', # Output folder: checkpoint, model, procs, metrics
     seed:int=42, # Seed of the split, the weights and the batch order
-    resume:store_true=False, # Go on from `out`/checkpoint.pth
+    resume:store_true=False, # Go on from `out`/checkpoint.pth, with the settings of the run that wrote it (`out`/run.json)
+    overwrite:store_true=False, # Replace the run in `out` (default: refused, as `out` holds one)
     checkpoint_every:int=0, # Also checkpoint every this many training batches (0: at the end of each epoch only)
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
     bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
@@ -310,63 +477,80 @@ def main(
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
     freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')
     max_size:str=None, # Raw data: at most this many ids a column, most frequent first (a number, or 'name=N,...')
-    cuda_graph:store_true=False, # One GPU: replay each training batch's forward and backward from CUDA graphs (`CudaGraph`)
+    cuda_graph:store_true=False, # One GPU: replay each training batch's forward and backward from CUDA graphs (`CudaGraph`; by default
+                                 # from `GRAPH_MIN_ROWS` rows to train)
+    no_cuda_graph:store_true=False, # Never replay CUDA graphs
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
     from accelerate import PartialState
-    check_args(y_block, opt, precision, epochs, bs, emb_rule, emb_opt, fastai_model)
+    args = dict(locals())  # the settings: `run.json` records those that shape the run
+    check_args(y_block, opt, precision, epochs, bs, emb_rule, emb_opt, fastai_model, lr, layers, valid_pct, stop_after, checkpoint_every)
     out = Path(out)
     if finished(out, epochs, resume): return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
-    device,world = state.device,max(num_distrib(), 1)
-    if device.type == 'cpu': device = torch.device('cpu')  # not 'cpu:0', which torch.load cannot map back
-    if precision != 'fp32' and device.type != 'cuda':
-        warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
-    if cuda_graph and (device.type != 'cuda' or world > 1):
-        where = 'the CPU' if device.type != 'cuda' else f'{world} processes'
-        warn(f"`cuda_graph` needs one GPU, not {where}: training without"); cuda_graph = False
-    if deterministic:
-        os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
-    set_seed(seed)
-    ph = Phases()
-    dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda', seed, device, bs, valid_pct, mem_bytes,
-                                         [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
-                                         cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
-    if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
-    metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
-    if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
-    base = baseline(to, y_block)
-    ph.lap('data')
-    learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision, emb_rule, emb_opt)
-    mem = model_memory(learn.model, device, emb_opt=emb_opt)
-    if not rank_distrib(): print(f"model: {mem['params']:,} parameters, {mem['emb_params']/max(mem['params'], 1):.0%} in embedding "
-                                 f"tables; weights {mem['weights_bytes']/2**30:.2f} GiB, gradients {mem['grads_bytes']/2**30:.2f} GiB, "
-                                 f"optimizer state {mem['opt_state_bytes']/2**30:.2f} GiB (tables: {emb_opt})")
-    ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
-    ckpt = Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None)
-    keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
-    graph = CudaGraph() if cuda_graph else None
-    cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else []) + ([graph] if graph else [])
-    ph.lap('model')
-    if lr is None: lr = pick_lr(learn, out, opt, resume); ph.lap('lr_find')
-    final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
-                            validate=not last and bool(dls.valid.n))
-    if stop.stopped and not rank_distrib():  # what an interrupted run trained, and how fast: `--stop-after` times N batches
-        out.mkdir(parents=True, exist_ok=True)
-        (out/'metrics.json').write_text(json.dumps(dict(stopped_after=timer.batches, world_size=world, bs=bs, phases_s=dict(ph.s,
-            train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None), indent=1))
-    if stop.stopped or rank_distrib(): return learn
-    fit = ph.s.pop('fit')
-    ph.s.update(train=timer.seconds, validation=timer.valid_seconds,
-                checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
-    ph.lap('validation')
-    save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
-    ph.lap('save')
-    report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
-                device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, checkpoints=ckpt.n_saves,
-                cuda_graph_replays=graph.replays if graph else None,
-                checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
-    return learn
+    with run_lock(out):  # rank 0 holds `out` while the run writes there
+        claim_out(out, resume, overwrite)
+        device,world = state.device,max(num_distrib(), 1)
+        if device.type == 'cpu': device = torch.device('cpu')  # not 'cpu:0', which torch.load cannot map back
+        if precision not in ('auto', 'fp32') and device.type != 'cuda':
+            warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
+        if cuda_graph and no_cuda_graph: raise ValueError("`cuda_graph` and `no_cuda_graph`: pass one of them")
+        if cuda_graph and (device.type != 'cuda' or world > 1):
+            where = 'the CPU' if device.type != 'cuda' else f'{world} processes'
+            warn(f"`cuda_graph` needs one GPU, not {where}: training without"); cuda_graph = False
+        if deterministic:
+            os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
+        set_seed(seed)
+        ph = Phases()
+        dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda', seed, device, bs, valid_pct, mem_bytes,
+                                             [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
+                                             cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
+        if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
+        metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
+        if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
+        base = baseline(to, y_block, data)
+        chosen = choose_defaults(to, device, world, bs, dls.train.n, epochs, dls.c if y_block=='category' else len(to.y_names), layers,
+                                 emb_dim, fastai_model, emb_opt, emb_rule, precision,
+                                 'auto' if not (cuda_graph or no_cuda_graph) else cuda_graph)
+        pick = lambda k, v: chosen[k][0] if k in chosen else v
+        emb_opt,emb_rule,precision,cuda_graph = (pick('emb_opt', emb_opt), pick('emb_rule', emb_rule), pick('precision', precision),
+                                                 pick('cuda_graph', cuda_graph))
+        args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision)  # run.json: what the run trains with
+        report_defaults(chosen)
+        check_run(out, run_settings(args, dls, to, world), resume)
+        ph.lap('data')
+        learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision, emb_rule, emb_opt)
+        mem = model_memory(learn.model, device, emb_opt=emb_opt)
+        if not rank_distrib(): print(f"model: {mem['params']:,} parameters, {mem['emb_params']/max(mem['params'], 1):.0%} in embedding "
+                                     f"tables; weights {mem['weights_bytes']/2**30:.2f} GiB, gradients {mem['grads_bytes']/2**30:.2f} GiB, "
+                                     f"optimizer state {mem['opt_state_bytes']/2**30:.2f} GiB (tables: {emb_opt})")
+        ck,timer,stop = out/'checkpoint.pth',TrainTimer(),StopAfter(stop_after)
+        ckpt = Checkpoint(ck, every=checkpoint_every or None, resume=ck if resume else None)
+        keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
+        graph = CudaGraph() if cuda_graph else None
+        cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else []) + ([graph] if graph else [])
+        ph.lap('model')
+        if lr is None: lr = pick_lr(learn, out, opt, resume, sparse=emb_opt != 'dense'); ph.lap('lr_find')
+        final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
+                                validate=not last and bool(dls.valid.n))
+        if stop.stopped and not rank_distrib():  # what an interrupted run trained, and how fast: `--stop-after` times N batches
+            out.mkdir(parents=True, exist_ok=True)
+            (out/'metrics.json').write_text(json.dumps(dict(stopped_after=timer.batches, world_size=world, bs=bs, phases_s=dict(ph.s,
+                train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None), indent=1))
+        if stop.stopped or rank_distrib(): return learn
+        fit = ph.s.pop('fit')
+        ph.s.update(train=timer.seconds, validation=timer.valid_seconds,
+                    checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
+        ph.lap('validation')
+        save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
+        ph.lap('save')
+        report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
+                    device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, emb_rule=emb_rule, cuda_graph=bool(cuda_graph),
+                    defaults={k: v for k,(v,_) in chosen.items()}, kept_epoch=getattr(keep, 'kept_epoch', None), epochs=epochs,
+                    checkpoints=ckpt.n_saves,
+                    cuda_graph_replays=graph.replays if graph else None,
+                    checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
+        return learn
 
 # %% ../nbs/08_train.ipynb #84637bc0
 def predict(
@@ -382,11 +566,13 @@ def predict(
     folder = Path(model)
     if (folder/'model'/'model.json').exists(): folder = folder/'model'
     if Path(out).suffix not in ('.parquet', '.csv'): raise ValueError(f"`out` must end in .parquet or .csv, not {out!r}")
+    if Path(out).resolve() == Path(data).resolve(): raise ValueError(f"`out` {out!r} is the input `data`: write the predictions elsewhere")
     dev = torch.device('cpu') if cpu or not torch.cuda.is_available() else default_device()
     learn = load_run(folder, bs=bs, device=dev)
     learn.remove_cb(ProgressCallback)
     df = read_frame(data, dev.type=='cuda' and gpu_available())
     if not len(df): raise ValueError(f"{data} has no rows: nothing to score (`fgt-predict` writes one prediction a row of `--data`)")
+    warn_unseen(learn.dls.train_ds, df, data)
     preds = learn.get_preds(dl=learn.dls.test_dl(df))[0].float()
     cat = next((p for p in learn.dls.train_ds.procs if isinstance(p, Categorize)), None)
     if cat is not None:
@@ -398,6 +584,17 @@ def predict(
     (res.to_parquet if Path(out).suffix=='.parquet' else res.to_csv)(out, index=False)
     print(f"{len(res):,} rows scored with {folder}: {out}")
     return res
+
+def warn_unseen(to, df, data, most:float=0.5):
+    "Warn, naming each, about the categorical and multi-hot columns of `df` with over `most` of their values unseen in training"
+    cat = first(p for p in to.procs if isinstance(p, Categorify))
+    if cat is None: return
+    for n in [c for c in cat.vocab if c in df.columns]:
+        s = explode_rows(df[n], cat.sep)[0] if n in getattr(to, 'mh_names', ()) else df[n]
+        if (u := cat._unseen(n, cat._like_training(n, s))) > most: warn(
+            f"`data` {data}: {u:.0%} of the values of categorical column {n!r} were never seen in training, and are scored as missing "
+            f"(e.g. {host_list(s.dropna().head(3))}; the model knows e.g. {list(cat.vocab[n][:3])}): check the column"
+            + (f" (multi-hot values joined by {cat.sep!r})" if n in getattr(to, 'mh_names', ()) else ""))
 
 def predict_cli():
     "`fgt-predict`: `predict` with its arguments from the command line (a second `call_parse` here would also run under `python -m`)"

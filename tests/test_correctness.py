@@ -167,13 +167,13 @@ def test_fgt_train_without_validation_saves_the_model(tmp_path):
     m = json.loads((out/'metrics.json').read_text())
     assert 'accuracy' not in m and 'valid_loss' not in m and m['train_rows_s'] > 0
 
-def test_fgt_train_resume_keeps_a_finished_run_and_warns_on_another_bs(tmp_path, capsys):
+def test_fgt_train_resume_keeps_a_finished_run_and_refuses_another_bs(tmp_path, capsys):
     _run(tmp_path)
     out = tmp_path/'run'
     before = (out/'metrics.json').read_text()
     assert _run(tmp_path, resume=True) is None and 'finished run' in capsys.readouterr().out
     assert (out/'metrics.json').read_text() == before
-    with pytest.warns(UserWarning, match='bs=256 on 1 process.*bs=128'): _run(tmp_path, resume=True, epochs=2, bs=128)
+    with pytest.raises(ValueError, match='`--bs` was 256, now 128'): _run(tmp_path, resume=True, epochs=2, bs=128)  # run.json
 
 def test_fgt_train_precision_on_a_cpu_warns_and_is_recorded(tmp_path):
     with pytest.warns(UserWarning, match="'bf16' has no effect on the CPU"): _run(tmp_path, precision='bf16')
