@@ -29,7 +29,8 @@ def run(root, data, flags, freeze=False):
     out = tempfile.mkdtemp(prefix='fgt_wall_')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get('PYTHONPATH', '')]))
     t = time.time()
-    r = subprocess.run([sys.executable, '-c', DRIVER, '--data', str(Path(data).resolve()), '--out', out, *flags, *(['--freeze'] if freeze else [])], env=env, cwd=root,
+    data = str(Path(data).resolve()) if Path(data).exists() else data  # a folder or file, or a built-in: 'movielens'
+    r = subprocess.run([sys.executable, '-c', DRIVER, '--data', data, '--out', out, *flags, *(['--freeze'] if freeze else [])], env=env, cwd=root,
                        capture_output=True, text=True)  # `-c` puts the working folder first on the path: `root`
     end = time.time()
     if r.returncode: sys.exit(f'fgt-train failed ({root}):\n{r.stderr[-4000:]}')
@@ -39,7 +40,8 @@ def run(root, data, flags, freeze=False):
     m = json.loads((Path(out)/'metrics.json').read_text()); shutil.rmtree(out, ignore_errors=True)
     ph = m['phases_s']
     return dict(wall=end-t, start=w['start']-t, imports=w['imported']-w['start'], main=w['returned']-w['imported'],
-                exit=end-w['returned'], atexit=at1-at0, teardown=end-at1, threads=len(w['threads']), phases=ph, package=w['file'], auc=m.get('roc_auc_score'), train_rows_s=m.get('train_rows_s'))
+                exit=end-w['returned'], atexit=at1-at0, teardown=end-at1, threads=len(w['threads']), phases=ph, package=w['file'], auc=m.get('roc_auc_score'), train_rows_s=m.get('train_rows_s'),
+                metrics=m)
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,7 +60,7 @@ if __name__ == '__main__':
     for i in range(a.repeats):
         for label, root in versions:
             fl = [f for j, f in enumerate(a.flags) if not label.endswith('+lr_find') or '--lr' not in a.flags[max(j-1, 0):j+1]]
-            r = run(root, a.data, fl, 'freeze' in label); ph = r.pop('phases')
+            r = run(root, a.data, fl, 'freeze' in label); ph = r.pop('phases'); r.pop('metrics')
             row = dict(version=label, run=i, threads=r['threads'],
                        **{k: round(v, 2) for k, v in r.items() if isinstance(v, float) and k not in ('auc',)},
                        **{f'{k}_s': round(v, 2) for k, v in ph.items()}, auc=r['auc'], package=r['package'])

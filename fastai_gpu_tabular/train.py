@@ -348,7 +348,7 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
     from 16,384 rows a step; CUDA graphs on one GPU from `GRAPH_MIN_ROWS` rows to train. {setting: (value, why)} of those chosen"""
     res,(emb,total) = {},table_params(to, emb_dim, layers, n_out)
     big = not fastai_model and emb >= SPARSE_MIN_PARAMS and emb > total/2
-    why = f"fastai's widths: {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
+    why = f"fastai's widths would give {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
     if emb_opt == 'auto': res['emb_opt'] = ('rowwise-adagrad' if big else 'dense', why)
     if emb_rule == 'auto': res['emb_rule'] = ('fixed' if big else 'fastai', why)
     cuda = torch.device(device).type == 'cuda'
@@ -361,14 +361,18 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
         res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}, {rows*epochs:,} rows to train")
     return res
 
-def report_defaults(chosen:dict):
+def report_defaults(chosen:dict, emb_dim:str|None=None):
     "One line: what `choose_defaults` chose, why, and the flags that override it"
     if not chosen or rank_distrib(): return
-    name = dict(emb_opt=lambda v: 'dense tables' if v=='dense' else f'row-sparse tables ({v})', emb_rule=lambda v: f"{v} widths",
-                precision=lambda v: v, cuda_graph=lambda v: 'CUDA graphs' if v else 'no CUDA graphs')
+    c,say = {k: v for k,(v,_) in chosen.items()},[]
+    if 'emb_opt' in c or 'emb_rule' in c:
+        tabs = [f"row-sparse ({c['emb_opt']})" if c.get('emb_opt', 'dense') != 'dense' else 'dense' if 'emb_opt' in c else '',
+                f"{emb_dim or 16} wide" if c.get('emb_rule') == 'fixed' else "of fastai's widths" if 'emb_rule' in c else '']
+        say.append(f"tables {' and '.join(o for o in tabs if o)} ({first(w for k,(v,w) in chosen.items() if k.startswith('emb_'))})")
+    if 'precision' in c: say.append(f"{c['precision']} ({chosen['precision'][1]})")
+    if 'cuda_graph' in c: say.append(f"{'' if c['cuda_graph'] else 'no '}CUDA graphs ({chosen['cuda_graph'][1]})")
     flags = dict(emb_opt='--emb-opt', emb_rule='--emb-rule', precision='--precision', cuda_graph='--cuda-graph/--no-cuda-graph')
-    print('defaults: ' + '; '.join(f"{name[k](v)} ({why})" for k,(v,why) in chosen.items())
-          + f"; override with {', '.join(flags[k] for k in chosen)}")
+    print(f"defaults: {'; '.join(say)}; override with {', '.join(flags[k] for k in c)}")
 
 def emb_sizes(emb_dim:str|None, emb_rule:str, names:list)->dict:
     "`emb_szs` for `tabular_learner`: `emb_dim`'s widths over fastai's rule, or with `emb_rule` 'fixed' one width (default 16) for all"
@@ -516,7 +520,7 @@ def main(
         emb_opt,emb_rule,precision,cuda_graph = (pick('emb_opt', emb_opt), pick('emb_rule', emb_rule), pick('precision', precision),
                                                  pick('cuda_graph', cuda_graph))
         args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision)  # run.json: what the run trains with
-        report_defaults(chosen)
+        report_defaults(chosen, emb_dim)
         check_run(out, run_settings(args, dls, to, world), resume)
         ph.lap('data')
         learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision, emb_rule, emb_opt)

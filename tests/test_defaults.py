@@ -53,7 +53,7 @@ def test_fgt_train_on_a_click_log_with_no_flags_uses_and_records_the_defaults(tm
     assert m['emb_opt'] == 'rowwise-adagrad' and m['lr'] == SPARSE_LR and learn.model.sparse
     assert {e.weight.shape[1] for e in learn.model.embeds} == {16}
     out = capsys.readouterr().out
-    assert 'defaults: row-sparse tables (rowwise-adagrad)' in out and 'override with --emb-opt' in out
+    assert 'defaults: tables row-sparse (rowwise-adagrad) and 16 wide' in out and 'override with --emb-opt' in out
     assert json.loads((tmp_path/'r'/'lr.json').read_text())['how'] == "the row-sparse tables' rule"
     assert json.loads((tmp_path/'r'/'run.json').read_text())['emb_opt'] == 'rowwise-adagrad'  # what resume compares
     assert 'epoch 1 of 1: the lowest validation loss' in out

@@ -1,8 +1,8 @@
 """Where dask puts a `TabularDask` write pass on two workers: partitions read (and prepared) by each worker, seconds spent moving
 data between them, and the pass's wall time; each `_write` slowed by `--sleep` seconds on the workers, as a GPU's longer tasks.
 
-    python bench/dask_placement.py                   # CPU, LocalCluster of 2 workers, ~1 minute
-    python bench/dask_placement.py --runs 2 --sleep 0.3
+    python bench/profiles/dask_placement.py                   # CPU, LocalCluster of 2 workers, ~1 minute
+    python bench/profiles/dask_placement.py --runs 2 --sleep 0.3
 
 The case (issue 29, tenth session): 4M rows, 4 id columns of up to 3M ids (procs of ~63 MB), 10 partitions. With the procs a key
 of the graph dask ran that key late, on one worker, while the other read and prepared all 10 partitions and then sent half of

@@ -3,11 +3,11 @@ one block, the copy to the GPU, the batch gathers; the copy as it was (`np.stack
 `pin_memory`, `.to`) beside the one the loader does now (each column's chunks into a pinned (columns, rows) block by a
 pool of threads, the copy, the transpose on the GPU).
 
-    python bench/profile_stream.py --rows 30000000          # both shapes; processed folders under --dir are reused
+    python bench/profiles/profile_stream.py --rows 30000000          # both shapes; processed folders under --dir are reused
 Prints ms a window and rows/s for each step (median over the windows of an epoch, `--windows` at most)."""
 import argparse, statistics, sys, time
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report
 import numpy as np, torch
 from fastai.tabular.all import CategoryBlock

@@ -1,7 +1,7 @@
 """GPU memory of a dask-cuda worker through `fgt-prep --dask`'s passes: nvidia-smi, and torch's reserved and allocated memory
 in the worker, after each pass (`synth_criteo` rows with the Kaggle cardinalities, written to /dev/shm first).
 
-    python bench/dask_memory.py 100000000
+    python bench/profiles/dask_memory.py 100000000
 
 One H200 before 02a7d10: 19.9 GB reserved (0 allocated) from the statistics pass on; one H100 after: 0 GB."""
 import sys, time, subprocess, contextlib, torch

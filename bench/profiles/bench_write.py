@@ -2,8 +2,8 @@
 Criteo partition (`--rows`, default 1M: a dask partition of the bench) written by cuDF's parquet writer in several ways, each
 against the package's own `write_part` (the baseline, first row) in the same process, plus the raw disk rate.
 
-    python bench/bench_write.py                      # one GPU; ~1 minute
-    python bench/bench_write.py --rows 8000000       # larger partitions (`--blocksize`), part files written by threads
+    python bench/profiles/bench_write.py                      # one GPU; ~1 minute
+    python bench/profiles/bench_write.py --rows 8000000       # larger partitions (`--blocksize`), part files written by threads
 
 Rows: `processed_frame` (the types and nulls before the writer), `write_part` as the package calls it (to the --dir disk
 and to /dev/shm: libcudf's file sink, which writes each column chunk by itself), the file encoded into a host buffer
@@ -13,7 +13,7 @@ ZSTD, one row group a file, larger row groups, no dictionary encoding, larger pa
 through KvikIO's thread pool) and with KvikIO off; each with the megabytes it wrote."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report, timed
 
 def frame(rows):

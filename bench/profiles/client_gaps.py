@@ -2,13 +2,13 @@
 sampler of the client's main thread (its stack every `--interval` s). Each stretch of at least `--min-gap` s in which no worker
 ran a task is reported with the client's frames sampled in it (the innermost frame of this package, and the innermost of all).
 
-    python bench/client_gaps.py --rows 100000000 --input /tmp/etl_in     # GPU: dask_cudf on a LocalCUDACluster; CPU: pandas
+    python bench/profiles/client_gaps.py --rows 100000000 --input /tmp/etl_in     # GPU: dask_cudf on a LocalCUDACluster; CPU: pandas
 
 Runs `--runs` times in one cluster (the first pays the workers' warm-up); prints each run's gaps and their frames;
 results/client_gaps(_cpu).json."""
 import argparse, collections, shutil, sys, tempfile, threading, time, warnings
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report
 
 class Sampler:

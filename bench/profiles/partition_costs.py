@@ -1,12 +1,12 @@
 """What a `TabularDask` partition of 2M Criteo rows costs on the GPU, step by step: `_stats`, `_prepare`, `_apply`, `_processed`,
 the pieces of `Categorify`'s encoding (cuDF calls against torch's), `FillMissing` and `Normalize` alone, then cProfile of `_processed` and `_stats` (cumulative).
 
-    python bench/partition_costs.py        # prints the table and the profiles (results/partition_costs_h100_2579301.log: at
+    python bench/profiles/partition_costs.py        # prints the table and the profiles (results/partition_costs_h100_2579301.log: at
                                            # 2579301, where `nans_to_nulls` counted every column's NaNs in one copy, since reverted)"""
 import time, cProfile, pstats, io, sys, warnings, tempfile
 from pathlib import Path
 import numpy as np, cudf, torch, dask, dask_cudf
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import sync
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA

@@ -2,7 +2,7 @@
 machine: cold kernel caches), then the same run again in another process (warm caches); metrics.json's phases of both,
 and the profile's top entries by cumulative time.
 
-    python bench/profile_train.py --data /tmp/crp --epochs 1 --precision bf16 --emb-dim 16 --bs 65536"""
+    python bench/profiles/profile_train.py --data /tmp/crp --epochs 1 --precision bf16 --emb-dim 16 --bs 65536"""
 import argparse, cProfile, io, json, pstats, subprocess, sys, tempfile
 p = argparse.ArgumentParser()
 p.add_argument('--data', required=True)

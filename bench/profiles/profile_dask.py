@@ -1,12 +1,12 @@
 """Where a `TabularDask` partition's time goes at click-log width: each step of each pass timed on one partition (synchronised),
 then the whole fit and write on the synchronous scheduler under cProfile (Python and host syncs, which no timer per step shows).
 
-    python bench/profile_dask.py --rows 10000000       # Criteo-shaped rows (`synth_criteo`), row groups of 1M: one a partition
+    python bench/profiles/profile_dask.py --rows 10000000       # Criteo-shaped rows (`synth_criteo`), row groups of 1M: one a partition
 
 Prints one table (step, ms a partition, share of its pass) and cProfile's top functions; results/profile_dask.json."""
 import argparse, cProfile, io, pstats, sys, tempfile, time, warnings
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report, sync
 
 def main():

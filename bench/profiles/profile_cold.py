@@ -3,10 +3,10 @@ caches are empty (cold), then in a second process on the caches the first one fi
 that process (warm). After each phase: seconds, and the files each cache gained (cupy, Triton, numba, libcudf's jitify,
 the driver's PTX cache) with the cupy kernels compiled (names from the saved sources) and the seconds in cupy's compiler.
 
-    python bench/profile_cold.py --rows 20000000"""
+    python bench/profiles/profile_cold.py --rows 20000000"""
 import argparse, collections, cProfile, io, json, os, pstats, re, subprocess, sys, tempfile, time, traceback
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import cache_env
 p = argparse.ArgumentParser()
 p.add_argument('--rows', type=int, default=20_000_000)

@@ -2,11 +2,11 @@
 in turn, and the host time of a step (at a small batch, where the GPU waits for the CPU), for the model alone and through
 `Learner.fit`. No cuDF needed: random codes and values of the benchmark's shapes.
 
-    python bench/ablate_model.py --bs 65536 --small-bs 2048"""
+    python bench/profiles/ablate_model.py --bs 65536 --small-bs 2048"""
 import argparse, statistics, sys
 from functools import partial
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report
 from roofline import plain_loop
 import torch

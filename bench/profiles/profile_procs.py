@@ -1,9 +1,9 @@
 """Where the time of one warm `TabularGPU` build goes (cProfile), for tuning the procs.
 
-    python bench/profile_procs.py --rows 25000000"""
+    python bench/profiles/profile_procs.py --rows 25000000"""
 import argparse, cProfile, pstats, sys, io
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import timed
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize

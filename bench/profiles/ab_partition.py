@@ -2,7 +2,7 @@
 2M-row Criteo partition (timings of two processes differ by up to 1.5x on the same machine; one process alternating does not).
 
     git archive <commit> fastai_gpu_tabular | tar -x -C /tmp/base
-    python bench/ab_partition.py --base /tmp/base      # results/ab_procs_h200_a92521f.log, ab_stats_h200_1a5c738.log (base ce75072)
+    python bench/profiles/ab_partition.py --base /tmp/base      # results/ab_procs_h200_a92521f.log, ab_stats_h200_1a5c738.log (base ce75072)
 
 It checks that both give the same frames, bins, moments and keys first, then prints each step's median and minimum
 (`_kth_pass`: 13 first-level requests and two narrowing ones, then a narrowing pass of each continuous column alone)."""

@@ -2,7 +2,7 @@
 fastai's batch events, over `--steps` resident steps of the Criteo shape; then the torch profiler's busiest host ops and kernels.
 The GPU's time between two events includes its waits for the host, so a segment's two figures say which side bounds it.
 
-    python bench/profile_step.py --width 16 --opt rowwise-adagrad --rows 10000000"""
+    python bench/profiles/profile_step.py --width 16 --opt rowwise-adagrad --rows 10000000"""
 import argparse, time
 from collections import defaultdict
 from functools import partial

@@ -1,6 +1,6 @@
 """How many distinct ids a categorical column may have: what `TabularDask` spends on one column's vocabulary, by its size.
 
-    python bench/vocab_memory.py --ids 10000000,50000000,100000000   # cuDF on the GPU where there is one, else pandas
+    python bench/profiles/vocab_memory.py --ids 10000000,50000000,100000000   # cuDF on the GPU where there is one, else pandas
 
 For `n` distinct int64 ids, each seen once in each of two partitions of `n` rows: the value counts of each partition
 (`_value_counts`) and their merge (`_add_counts`: the step of the tree reduction that holds the whole column's counts on one
@@ -9,7 +9,7 @@ not counted: they are the data, not the vocabulary); then the client's side (`_c
 the growth of the process's resident memory, the vocabulary held); then encoding 1M rows with that vocabulary (`cat_codes`, a
 searchsorted: its first call copies the vocabulary to the GPU, later ones reuse it). Prints a table, results/vocab_memory.json.
 
-    python bench/vocab_memory.py --merge 2,8 --ids 10000000        # k partitions' counts merged at once, pairwise, by split_every
+    python bench/profiles/vocab_memory.py --merge 2,8 --ids 10000000        # k partitions' counts merged at once, pairwise, by split_every
 
 `--merge`: a column whose `n` ids all recur in each of k partitions, the k value counts merged as the tree reduction's group
 does (`_add_counts(*counts)`, one `torch.unique` of all), as a pairwise fold would, and as `TabularDask`'s tree does with
@@ -18,7 +18,7 @@ next takes them); the peak above the counts held before (the GPU's allocator whe
 memory, its high-water mark reset first). results/vocab_merge.json"""
 import argparse, resource, sys, time
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report, sync
 
 def rss_gb(): return int(open('/proc/self/statm').read().split()[1]) * resource.getpagesize() / 1e9  # resident memory now

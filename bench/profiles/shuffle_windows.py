@@ -3,8 +3,8 @@ size (`ROW_GROUP_BYTES`): 4x larger groups write 100M Criteo rows ~3 s faster (b
 budget then holds ~10 of them instead of ~40, a coarser shuffle. Synthetic rows are independent, so their order is made to
 matter: the training rows sorted by one id column (`--order`, as a log is ordered by time), or left as generated.
 
-    python bench/shuffle_windows.py                         # CPU, ~15 minutes: 3 seeds x (resident, 40 a window, 10 a window)
-    python bench/shuffle_windows.py --rows 4000000 --seeds 5
+    python bench/profiles/shuffle_windows.py                         # CPU, ~15 minutes: 3 seeds x (resident, 40 a window, 10 a window)
+    python bench/profiles/shuffle_windows.py --rows 4000000 --seeds 5
 
 Each run: a fresh `tabular_learner` ([200, 100], embeddings of width 8), `fit_one_cycle(1, lr)` with batches of `--bs`, from
 `TabularDataLoaders.from_processed` with `mem_bytes` that makes a window hold `--groups` row groups (prefetch 2: three windows
@@ -12,7 +12,7 @@ and two batches) and an epoch `--windows` windows (the default budget's ~650 MB 
 are the same in every run. Reports the validation AUC by seed, mean and spread."""
 import argparse, json, statistics, sys, tempfile, time
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: common, roofline
 from common import report
 
 def main():
