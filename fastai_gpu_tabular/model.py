@@ -263,6 +263,7 @@ class FastTabularModel(TabularModelMH):
         super().__init__(emb_szs, n_cont, out_sz, layers, **kwargs)
         self.sparse = sparse
         if sparse and len(self.embeds): table_groups([e.weight for e in self.embeds])  # packed now: not at the first batch
+        if sparse: torch.sparse.check_sparse_tensor_invariants.disable()  # torch's default, said: its warning at each backward otherwise
         if self.bn_cont is not None: self.bn_cont.__class__ = FastBatchNorm1d  # same state, another forward
         lin,self.width = self.layers[0][0],self.n_emb+self.n_cont
         if type(lin) is nn.Linear: lin.__class__,self.width = PaddedLinear,-(-self.width//align)*align
