@@ -48,7 +48,7 @@ class DeviceRecorder(Recorder):
         self.shown_loss,self._copy,self._on_host = None,None,0
         self._check = not any(isinstance(cb, LRFinder) for cb in self.learn.cbs)  # `lr_find` diverges on purpose, and stops itself
 
-    def before_train(self): super().before_train(); self._mets = list(self._train_mets); self._bad = None
+    def before_train(self): super().before_train(); self._mets = list(self._train_mets); self._start = len(self.losses)
     def before_validate(self): super().before_validate(); self._mets = list(self._valid_mets)
 
     def after_batch(self):
@@ -59,15 +59,13 @@ class DeviceRecorder(Recorder):
         self.lrs.append(self.opt.hypers[-1]['lr'])
         self.losses.append(self.smooth_loss.value)
         self.learn.smooth_loss = self.smooth_loss.value
-        if self._check and torch.is_tensor(l := self.learn.loss):  # the first batch of the epoch with a loss not finite, kept on the device
-            if self._bad is None: self._bad = torch.full((), -1, device=l.device)
-            self._bad = torch.where((self._bad < 0) & ~torch.isfinite(l.detach()).all(), self.iter, self._bad)
         self._show()
         if self._check and self.shown_loss is not None and not math.isfinite(float(self.shown_loss)): self._diverged()
 
     def _diverged(self):
-        "Raise: the training loss is not finite (NaN or infinite), at the first batch of this epoch where it was not"
-        with allowed_sync(): b = int(self._bad) if self._bad is not None else self.iter
+        "Raise, naming the first batch of this epoch whose smooth loss is not finite (it stays so from the first loss that is not)"
+        with allowed_sync(): ok = torch.stack([torch.as_tensor(v).float().cpu() for v in self.losses[self._start:]]).isfinite()
+        b = int((~ok).nonzero()[0, 0]) if not ok.all() else self.iter
         raise FloatingPointError(f"the training loss is not finite (NaN or infinite) from batch {b} of epoch {self.epoch} (both counted "
                                  f"from 0): the model diverged and training stopped; lower the learning rate (`lr`, `--lr`)")
 
@@ -89,7 +87,7 @@ class DeviceRecorder(Recorder):
 
     def after_train(self):
         self._losses_to_host()
-        if self._bad is not None and int(self._bad) >= 0: self._diverged()
+        if self._check and len(self.losses) > self._start and not math.isfinite(float(self.losses[-1])): self._diverged()
         super().after_train()
 
     def after_fit(self): self._losses_to_host(); self._copy = None
