@@ -51,6 +51,16 @@ def nav(pages, here):
     links = ' · '.join(f'<b>{html.escape(t)}</b>' if f == here else f'<a href="{f}">{html.escape(t)}</a>' for f, t in pages)
     return f'<nav style="padding:.6em 1em;border-bottom:1px solid #ddd;font-family:sans-serif">{links}</nav>'
 
+README_LINES = 200  # the README is a user's page: what it is, how to run it, today's figures; history goes to bench/NOTES.md
+_hash = re.compile(r'(?<![\w./-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w.-])')  # a commit, not part of a file name
+
+def check_readme(md):
+    "Fail when README.md (from nbs/index.ipynb) is longer than `README_LINES` or names a commit"
+    if (n := len(md.splitlines())) > README_LINES:
+        raise SystemExit(f"README.md has {n} lines, more than {README_LINES}: move detail to the docs or bench/NOTES.md")
+    if hashes := _hash.findall(md):
+        raise SystemExit(f"README.md names commits ({', '.join(hashes[:5])}): it speaks of the project today; history goes to bench/NOTES.md")
+
 def main(check=False):
     cfg = get_config()
     refresh_quarto_yml(); _build_modidx(); nbdev_sidebar.__wrapped__()
@@ -75,6 +85,7 @@ def main(check=False):
     md, _ = MarkdownExporter(config=c).from_notebook_node(nb)
     md = re.sub(r'\n{3,}', '\n\n', md).strip() + '\n'
     readme = cfg.config_path/'README.md'
+    check_readme(md)
     if check and (not readme.exists() or readme.read_text() != md):
         raise SystemExit("README.md is out of date with nbs/index.ipynb: run `python tools/docs.py` and commit README.md")
     if not check: readme.write_text(md)
