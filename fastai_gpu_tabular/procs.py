@@ -77,6 +77,7 @@ def encode_codes(s, vocab:list, rare:list=(), rare_code:int|None=None, unseen_co
 class Categorify(_FaiCategorify):
     "Categorical and multi-hot columns to fastai's codes (0 = `#na#`), on cuDF or pandas"
     order = 1
+    c = None  # no class count: `to.c` gathers the procs' `c`, and fastai's `L.attrgot` would take `self['c']`, a column c's vocabulary
     def __init__(self,
         freq_threshold:int|dict=1, # Categories seen fewer times in training share the reserved `#rare#` code ({column: n}: per column)
         max_size:int|dict|None=None, # Keep at most this many categories, most frequent first; others are `#rare#` ({column: n}: per column)

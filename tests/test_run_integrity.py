@@ -240,3 +240,14 @@ def test_13_a_second_run_on_one_out_is_refused_naming_the_first(base, tmp_path):
     finally: p.kill(); p.wait()
     main(data=str(base), out=str(out), **C, **FAST)  # its process ended: the lock is taken over, and released at the end
     assert not (out/'.fgt-train.lock').exists()
+
+def test_a_categorical_column_named_c_is_not_the_class_count(tmp_path):
+    "`to.c` gathered the procs' `c`, `Categorify['c']` (a column c's vocabulary) with it: `fgt-train` crashed building the model"
+    rng = np.random.default_rng(0)
+    pd.DataFrame({'a': rng.integers(0, 5, 4_000), 'c': rng.integers(0, 7, 4_000), 'x': rng.normal(size=4_000),
+                  'y': rng.integers(0, 2, 4_000)}).to_parquet(tmp_path/'c.parquet')
+    learn = main(data=str(tmp_path/'c.parquet'), out=str(tmp_path/'r'), cat_names='a,c', cont_names='x', y_names='y', **FAST)
+    assert learn.dls.c == 2 and 'roc_auc_score' in json.loads((tmp_path/'r'/'metrics.json').read_text())
+    prep(data=str(tmp_path/'c.parquet'), out=str(tmp_path/'p'), cpu=True, cat_names='a,c', cont_names='x', y_names='y')
+    from fastai.tabular.data import TabularDataLoaders
+    assert TabularDataLoaders.from_processed(tmp_path/'p', bs=256, device='cpu').c == 2
