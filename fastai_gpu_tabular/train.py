@@ -225,6 +225,7 @@ def finished(out:Path, epochs:int, resume:bool)->bool:
           f"as it is; pass more `--epochs` to train on, or a new `--out`")
     return True
 
+# %% ../nbs/08_train.ipynb #c65af99b
 def _alive(pid)->bool:
     "Whether process `pid` of this host runs"
     try: os.kill(int(pid), 0); return True
@@ -265,6 +266,7 @@ def claim_out(out:Path, resume:bool, overwrite:bool):
         for f in held: (shutil.rmtree if (out/f).is_dir() else os.unlink)(out/f)
     distrib_barrier()
 
+# %% ../nbs/08_train.ipynb #9579d931
 RUN_SETTINGS = ('data', 'rows', 'cat_names', 'cont_names', 'mh_names', 'y_names', 'y_block', 'valid_pct', 'seed', 'layers', 'emb_dim',
                 'emb_rule', 'emb_opt', 'bs', 'lr', 'opt', 'precision', 'no_bn', 'fastai_model', 'freq_threshold', 'max_size', 'mem_bytes',
                 'sync_bn', 'bf16_grads', 'sparse_embeddings', 'deterministic')
@@ -293,6 +295,7 @@ def check_run(out:Path, st:dict, resume:bool):
             + ". Resume with the run's settings (run.json), or start a new run (another `--out`, or `--overwrite`)")
     elif not rank_distrib(): out.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(st, indent=1))
 
+# %% ../nbs/08_train.ipynb #44978feb
 def check_processed_names(data, to, given:dict, y_block:str):
     "Refuse `fgt-train` column names or `y_block` that differ from processed folder `data`'s (its own: the flags would be ignored)"
     for k,v in given.items():
@@ -330,6 +333,7 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
     bs = ifnone(bs, auto_bs(len(to.train), world))
     return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
 
+# %% ../nbs/08_train.ipynb #afab2bc0
 SPARSE_MIN_PARAMS = 2**24  # embedding parameters (by fastai's widths) from which the tables are row-sparse and 16 wide by default
 SPARSE_LR = 1e-2  # the maximum learning rate of a run with row-sparse tables given none (`lr_find`'s valley: 2.75e-4, under the baseline)
 GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which one GPU replays CUDA graphs by default: they pay their capture
@@ -374,6 +378,7 @@ def report_defaults(chosen:dict, emb_dim:str|None=None):
     flags = dict(emb_opt='--emb-opt', emb_rule='--emb-rule', precision='--precision', cuda_graph='--cuda-graph/--no-cuda-graph')
     print(f"defaults: {'; '.join(say)}; override with {', '.join(flags[k] for k in c)}")
 
+# %% ../nbs/08_train.ipynb #ddc64c3f
 def emb_sizes(emb_dim:str|None, emb_rule:str, names:list)->dict:
     "`emb_szs` for `tabular_learner`: `emb_dim`'s widths over fastai's rule, or with `emb_rule` 'fixed' one width (default 16) for all"
     if emb_rule == 'fastai': return parse_sizes(emb_dim, names)
@@ -410,6 +415,7 @@ def model_memory(model, device, flags:str='`--emb-dim`, `--freq-threshold` or `-
     if need > free/2: warn(f"{msg}: over half, with the batches still to come; {flags} shrink the tables")
     return res
 
+# %% ../nbs/08_train.ipynb #baa9c653
 def fit_step(learn, epochs:int, lr:float, cbs:list, stopped, ph, sync_bn:bool, bf16_grads:bool, sparse_embeddings:bool,
              validate:bool)->tuple:
     """(the kept epoch's metrics or None, the sparse tables): `fit_one_cycle` under `distrib_ctx`; the metrics `KeepBest` recorded

@@ -140,3 +140,11 @@ def test_notebook_launcher_on_two_cpu_processes():
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     aucs = re.findall(r'rank (\d) of 2: AUC (\d\.\d{4})', r.stdout)  # two processes' lines may interleave on one pipe
     assert sorted(r for r,_ in aucs) == ['0', '1'] and len({a for _,a in aucs}) == 1, r.stdout  # both report the exact, gathered AUC
+
+def test_resuming_on_another_process_count_names_it(tmp_path):
+    "A run of 2 processes, resumed in 1: the batches and steps would differ, so `run.json`'s check refuses it, naming the processes"
+    from fastai_gpu_tabular.train import main
+    common = ('--bs', 400, '--epochs', 2, '--layers', '64,32')
+    cut = train(tmp_path, 'cut', 2, *common, '--stop-after', 17)
+    with pytest.raises(ValueError, match=r'processes \(`accelerate launch --num_processes`\) was 2, now 1'):
+        main(data='synth', rows=12_000, deterministic=True, out=str(cut), bs=400, epochs=2, layers='64,32', cpu=True, resume=True)
