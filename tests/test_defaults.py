@@ -3,6 +3,7 @@ would put most parameters in large tables, bf16 and CUDA graphs where they pay),
 overrides it; a processed folder reports its constant baseline; `tabular_learner(emb_opt=...)` is the explicit form in one keyword."""
 import json, warnings
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 import numpy as np, pandas as pd, pytest, torch
 from fastai.tabular.all import Adam, set_seed, tabular_config
@@ -93,3 +94,20 @@ def test_emb_opt_keyword_equals_the_explicit_form():
     for (k, v), w in zip(a.model.state_dict().items(), b.model.state_dict().values()): assert torch.equal(v, w), k
     assert a.model.sparse and a.model_args['config']['sparse']
     with pytest.raises(ValueError, match="`emb_opt` must be None, 'dense' or one of"): tabular_learner(a.dls, emb_opt='sgd')
+
+def test_the_readme_click_log_flow(tmp_path):
+    "The README's Python click-log flow, as written there, on a small processed folder on the CPU (graphs and bf16 stand aside)"
+    from fastai.tabular.data import TabularDataLoaders
+    from fastai_gpu_tabular.all import ForeachLamb, ExcludeEmbeddings, CudaGraph, RocAucBinary, accuracy
+    prep(data='synth-criteo', rows=20_000, out=str(tmp_path/'crp'), cpu=True)
+    dls = TabularDataLoaders.from_processed(tmp_path/'crp', bs=2048, device='cpu')
+    learn = tabular_learner(dls, emb_szs={n: 16 for n in dls.cat_names}, emb_opt='rowwise-adagrad', opt_func=ForeachLamb,
+                            cbs=[ExcludeEmbeddings(), CudaGraph()], metrics=[accuracy, RocAucBinary()])
+    with learn.no_bar(), warnings.catch_warnings():
+        warnings.filterwarnings('ignore', 'CUDA is not available')  # bf16's autocast, off on the CPU
+        learn.to_bf16().fit_one_cycle(1, 1e-2)
+    assert learn.model.sparse and learn.recorder.values[-1][-1] > 0.55  # AUC
+    readme = (Path(__file__).parents[1]/'README.md').read_text()  # the flow above is the README's, line for line
+    for line in ("learn = tabular_learner(dls, emb_szs={n: 16 for n in dls.cat_names}, emb_opt='rowwise-adagrad', opt_func=ForeachLamb,",
+                 "cbs=[ExcludeEmbeddings(), CudaGraph()], metrics=[accuracy, RocAucBinary()])", "learn.to_bf16().fit_one_cycle(1, 1e-2)"):
+        assert line in readme, line
