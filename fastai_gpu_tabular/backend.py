@@ -98,6 +98,9 @@ def parquet_schema(files:list, where=None)->dict:
         except Exception as e:
             raise ValueError(f"{f}: not a readable parquet file ({type(e).__name__}: {e}): remove it or write it again") from None
         rows += md.num_rows
+        stats = lambda i: [md.row_group(g).column(i).statistics for g in range(md.num_row_groups)]
+        nulls |= {md.schema.column(i).name for i in range(md.num_columns)  # may hold nulls: no statistics say otherwise
+                  if any(st is None or not st.has_null_count or st.null_count for st in stats(i))}
         ts = {n: sch.field(n).type for n in sch.names if n != '__index_level_0__'}
         if types is None: types,first = ts,f; continue
         if miss := [c for c in types if c not in ts]:
@@ -111,14 +114,8 @@ def parquet_schema(files:list, where=None)->dict:
                 f"column {c!r} is {t} in {f} but {types[c]} in {first}: write every file with one type for it")
             same &= t == types[c]
             if a in ('integer', 'floating') and t.bit_width > types[c].bit_width: types[c] = t
-    for f in files:  # integer columns with nulls: pandas would read them as float64 without the file's pandas metadata
-        md = pq.ParquetFile(f).metadata
-        for i in range(md.num_columns):
-            c = md.schema.column(i).name
-            if c in types and pa.types.is_integer(types[c]) and any(
-                (st := md.row_group(g).column(i).statistics) is None or not st.has_null_count or st.null_count
-                for g in range(md.num_row_groups)): nulls.add(c)
-    return dict(types=types, nullable_ints=sorted(nulls), rows=rows, same=same)
+    ints = sorted(c for c in nulls if c in types and pa.types.is_integer(types[c]))  # pandas would read them as float64 without metadata
+    return dict(types=types, nullable_ints=ints, rows=rows, same=same)
 
 def ints_exact(sch:dict)->dict:
     "pyarrow's `to_pandas` arguments that read integer columns with nulls as pandas' nullable integers (exact), not float64"
