@@ -43,11 +43,14 @@ def all_gather_cat(x:torch.Tensor)->torch.Tensor:
     torch.distributed.all_gather(res, x.contiguous())
     return torch.cat(res)
 
-def gather_rows(x:torch.Tensor)->torch.Tensor:
+def gather_rows(x:torch.Tensor,
+    ns:list|None=None, # Every rank's number of rows, where known (its first `ns[rank]` rows of `x` are sent): no exchange of counts
+)->torch.Tensor:
     "`x`'s rows from every rank, concatenated in rank order; ranks may hold different numbers of rows"
-    ns = all_gather_cat(torch.tensor([len(x)], device=x.device)).tolist()
+    if ns is None: ns = all_gather_cat(torch.tensor([len(x)], device=x.device)).tolist()
+    n = ns[torch.distributed.get_rank()]
     pad = x.new_zeros((max(ns),)+x.shape[1:])
-    pad[:len(x)] = x
+    pad[:n] = x[:n]
     return torch.cat([r[:k] for r,k in zip(all_gather_cat(pad).split(max(ns)), ns)])
 
 def sum_ranks(t:torch.Tensor)->torch.Tensor:

@@ -266,12 +266,15 @@ class ParquetDataLoader(BatchDataLoader):
         drop_last:bool=False, # Drop the last partial batch
         mem_bytes:int|None=None, # Most bytes of rows on this rank's device at once, read-ahead included (default: `default_mem_bytes`)
         split:str='train', # The split of `source` to read: 'train' or 'valid'
-        reader:str='pyarrow', # 'pyarrow': decode on the CPU, copy on a side stream; 'cudf': decode on the GPU (the training stream)
+        reader:str='auto', # 'cudf': decode on the GPU; 'pyarrow': decode on the CPU, copy on a side stream; 'auto': cuDF on a GPU with it
         prefetch:int=2, # Windows read ahead at once, each by its own thread (`mem_bytes` holds them and the one in use)
         dataset=None, # The `TabularGPU` (no rows) that decodes batches (default: one from the saved procs)
         **kwargs
     ):
-        if reader not in ('pyarrow', 'cudf'): raise ValueError(f"`reader` must be 'pyarrow' or 'cudf', not {reader!r}")
+        if reader not in ('auto', 'pyarrow', 'cudf'): raise ValueError(f"`reader` must be 'auto', 'pyarrow' or 'cudf', not {reader!r}")
+        if reader=='auto':  # the GPU's decode: no window stalls the training thread, and processes on one host share no CPUs
+            dev = kwargs.get('device')
+            reader = 'cudf' if dev is not None and torch.device(dev).type=='cuda' and gpu_available() else 'pyarrow'
         if reader=='cudf' and not gpu_available(): raise ValueError("`reader='cudf'` needs cuDF and a GPU: use the default, 'pyarrow'")
         if prefetch < 1: raise ValueError(f"`prefetch` must be at least 1 (a window read ahead), not {prefetch}")
         self.reader,self.prefetch = reader,prefetch

@@ -77,6 +77,13 @@ def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
     m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
     assert m1['sparse_tables'] == m2['sparse_tables'] == [f'embeds.{i}.weight' for i in range(4)]  # users, movies, hour, year_na
 
+def test_four_ranks_with_sparse_tables_match_one_process(tmp_path):
+    "Each rank's lookups summed by row, then the rows exchanged: four ranks at a quarter of the batch end as one process does"
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', '8')
+    one = train(tmp_path, 'one', 1, '--bs', 800, *common)
+    four = train(tmp_path, 'four', 4, '--bs', 200, *common)
+    assert_same_weights(one, four)
+
 @pytest.mark.parametrize('n', [1, 2])
 def test_resumed_run_ends_like_a_whole_run(tmp_path, n):
     # 9,600 rows: 12 batches an epoch

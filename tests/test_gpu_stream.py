@@ -26,9 +26,9 @@ def test_cudf_reads_to_the_device_the_batches_of_pyarrow(ml):
     for k in ('cats', 'conts', 'ys'): assert torch.equal(getattr(t, k).cpu(), getattr(c, k)), k
     kw = dict(bs=4096, shuffle=True, seed=0, mem_bytes=4 << 20)
     h = ParquetDataLoader(ml, device='cpu', **kw)
-    for reader in ('cudf', 'pyarrow'):  # decoded on the GPU; decoded on the CPU and copied on a side stream
+    for reader in ('auto', 'cudf', 'pyarrow'):  # decoded on the GPU (the default there); on the CPU and copied on a side stream
         g, n = ParquetDataLoader(ml, device='cuda', reader=reader, **kw), 0
-        assert len(g.windows()) > 4
+        assert len(g.windows()) > 4 and g.reader == ('cudf' if reader == 'auto' else reader)
         for a, b in zip(g, h):
             assert a[0].is_cuda
             torch.testing.assert_close(a, to_device(b, 'cuda'), rtol=0, atol=0)

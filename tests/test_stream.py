@@ -120,6 +120,12 @@ def test_the_next_window_is_read_before_this_ones_last_batch(big):
         last = max(i for i, e in enumerate(log) if e == ('batch', k-1))
         assert log.index(('read', k)) < last, k
 
+def test_the_reader_is_pyarrow_off_the_gpu_and_checked(big):
+    "`reader='auto'` (the default) decodes on the CPU for a CPU loader; cuDF's reader only where a GPU has it"
+    path = big[1]
+    assert ParquetDataLoader(path, bs=512, device='cpu').reader == 'pyarrow'
+    with pytest.raises(ValueError, match="`reader` must be 'auto', 'pyarrow' or 'cudf'"): ParquetDataLoader(path, bs=512, reader='arrow')
+
 def test_resume_at_a_batch_starts_at_its_window(big):
     _, path, mem = big
     dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=3)

@@ -1,0 +1,96 @@
+"""Where a training step's time goes on each rank of `accelerate launch` (issue 54): `fgt-train` as a user runs it, with a host
+time (perf_counter) and a CUDA event (no sync) at fastai's batch events over `--steps` training batches after `--warm`, then the
+torch profiler's busiest host ops and kernels over `--prof` more. One file a rank in `--log`: `rank<r>_of<w>.txt` (the segments)
+and `rank<r>_of<w>.json`. The GPU's time between two events includes its waits for the host, so a segment's two figures say
+which side bounds it; `after_batch -> before_batch` is the loader's `next` and fastai's loop between batches.
+
+    accelerate launch --num_processes 2 bench/profiles/profile_dist.py --log /tmp/prof -- --data <processed folder> --epochs 1"""
+import argparse, json, os, sys, time
+from collections import defaultdict
+from pathlib import Path
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument('--log', default='/tmp/profile_dist')
+p.add_argument('--warm', type=int, default=20)
+p.add_argument('--steps', type=int, default=40)
+p.add_argument('--prof', type=int, default=8)
+p.add_argument('--top', type=int, default=25)
+p.add_argument('--timeline', action='store_true', help="instead: each training batch's host time over the whole fit: the first batch's wait and the stalls")
+p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' (fgt-train's) or 'cudf'")
+a, rest = p.parse_known_args()
+rest = [o for o in rest if o != '--']
+import torch
+from fastai.callback.core import Callback
+import fastai_gpu_tabular.train as T
+from fastai_gpu_tabular.comm import rank_world
+
+CUDA = torch.cuda.is_available()
+EVENTS = ['before_batch', 'after_pred', 'after_loss', 'after_backward', 'before_step', 'after_step', 'after_batch']
+
+class Marks(Callback):
+    "Marks at `EVENTS` of training batches `warm`..`warm+n`, then the torch profiler over `prof` batches; a report a rank"
+    order = 100
+    def __init__(self): self.marks, self.prof, self.done = [], None, False
+    def _mark(self, e):
+        if not self.training or self.done: return
+        i = self.train_iter
+        if a.warm <= i < a.warm + a.steps or (e == 'before_batch' and i == a.warm + a.steps):
+            ev = CUDA and torch.cuda.Event(enable_timing=True)
+            if CUDA: ev.record()
+            self.marks.append((e, time.perf_counter(), ev))
+        if e == 'before_batch' and i == a.warm + a.steps:
+            from torch.profiler import profile, ProfilerActivity
+            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); self.prof.__enter__()
+        if e == 'after_batch' and i == a.warm + a.steps + a.prof - 1: self.report()
+    def report(self):
+        if CUDA: torch.cuda.synchronize()
+        self.prof.__exit__(None, None, None); self.done = True
+        r, w = rank_world()
+        host, gpu, n = defaultdict(float), defaultdict(float), defaultdict(int)
+        for (e0, t0, g0), (e1, t1, g1) in zip(self.marks, self.marks[1:]):
+            k = f'{e0} -> {e1}'; host[k] += (t1 - t0) * 1e3; gpu[k] += g0.elapsed_time(g1) if CUDA else 0; n[k] += 1
+        steps = a.steps
+        res = dict(rank=r, world=w, steps=steps, host_ms=sum(host.values()) / steps, gpu_ms=sum(gpu.values()) / steps,
+                   bs=self.dls.train.bs, segments={k: dict(host=host[k] / n[k], gpu=gpu[k] / n[k], n=n[k]) for k in host})
+        res['rows_s_rank'] = res['bs'] / max(res['gpu_ms'], res['host_ms']) * 1e3
+        lines = [f"rank {r} of {w}: {steps} steps, ms a step: host {res['host_ms']:.2f}, gpu {res['gpu_ms']:.2f}; "
+                 f"{res['rows_s_rank']/1e6:.2f}M rows/s this rank, {res['rows_s_rank']*w/1e6:.2f}M all ranks"]
+        lines += [f"  {k:36s} host {v['host']:7.2f}  gpu {v['gpu']:7.2f}" for k, v in res['segments'].items()]
+        ev = self.prof.key_averages()
+        lines += [ev.table(sort_by='self_cpu_time_total', row_limit=a.top, max_name_column_width=55),
+                  *([ev.table(sort_by='self_cuda_time_total', row_limit=a.top, max_name_column_width=55)] if CUDA else [])]
+        log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
+        (log / f'rank{r}_of{w}.txt').write_text('\n'.join(lines))
+        (log / f'rank{r}_of{w}.json').write_text(json.dumps(res, indent=1))
+        print(lines[0], *lines[1:len(res['segments']) + 1], sep='\n', flush=True)
+class Timeline(Callback):
+    "The host time of every training batch's start: the first batch's wait after `before_train`, then the gaps, the long ones summed"
+    order = 100
+    def before_train(self): self.t = [time.perf_counter()]
+    def before_batch(self):
+        if self.training: self.t.append(time.perf_counter())
+    def after_train(self):
+        if CUDA: torch.cuda.synchronize()
+        import numpy as np
+        t = np.array(self.t + [time.perf_counter()]); d = np.diff(t[1:]) * 1e3; med = float(np.median(d)); long = d > max(4 * med, 20)
+        r, w = rank_world()
+        res = dict(rank=r, world=w, batches=len(d), first_s=t[1] - t[0], total_s=t[-1] - t[0], median_ms=med, stalls=int(long.sum()),
+                   stalls_s=float(d[long].sum() / 1e3), steady_s=float(d[~long].sum() / 1e3), biggest_ms=sorted(d.round(1).tolist())[-8:])
+        log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
+        (log / f'timeline{r}_of{w}.json').write_text(json.dumps(res))
+        print(f"rank {r} of {w}: " + ', '.join(f'{k} {v:.2f}' if isinstance(v, float) else f'{k} {v}' for k, v in res.items()), flush=True)
+
+if a.reader:
+    import fastai_gpu_tabular.stream as S
+    _init = S.ParquetDataLoader.__init__
+    def init(self, *args, **kw): kw['reader'] = a.reader; _init(self, *args, **kw)
+    S.ParquetDataLoader.__init__ = init
+
+for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
+
+_fit_step = T.fit_step
+def fit_step(learn, epochs, lr, cbs, *args, **kwargs): return _fit_step(learn, epochs, lr, cbs + [Timeline() if a.timeline else Marks()], *args, **kwargs)
+T.fit_step = fit_step
+
+if __name__ == '__main__':
+    sys.argv = [sys.argv[0]] + rest
+    T.main()
