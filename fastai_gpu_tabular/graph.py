@@ -9,14 +9,14 @@ from fastai.callback.core import Callback
 from .comm import distributed
 
 # %% auto #0
-__all__ = ['mean_over_ranks_', 'CudaGraph']
+__all__ = ['CudaGraph']
 
 # %% ../nbs/06b_graph.ipynb #dca01b3e
 class _Captured:
     """A training forward and backward of `fwd` captured in two CUDA graphs for one kind of batch: static inputs `xs`, output,
     its gradient, and the gradients the backward leaves (dense ones added into the parameters' own tensors, row-sparse ones set)"""
-    def __init__(self, fwd, params, xs, reduce:bool=False):
-        self.xs,self.n_in,self.reduce = [x.clone() for x in xs],len(xs),reduce
+    def __init__(self, fwd, params, xs):
+        self.xs,self.n_in = [x.clone() for x in xs],len(xs)
         for _ in range(2):  # a second time when a gradient was missing: the graphs then add into tensors of the parameters
             pre = [p.grad for p in params]
             self.pool,self.fg,self.bg = torch.cuda.graph_pool_handle(),torch.cuda.CUDAGraph(),torch.cuda.CUDAGraph()
@@ -51,17 +51,7 @@ class _Captured:
         if zero: torch._foreach_zero_(zero)
         self.gout.copy_(g)
         self.bg.replay()
-        if self.reduce: mean_over_ranks_([t for _,t in self.dense])
         for p,t in self.sparse: p.grad = t if p.grad is None else p.grad + t
-
-def mean_over_ranks_(ts:list):
-    "Tensors `ts` replaced in place by their mean over the ranks, as DDP leaves gradients (÷ the ranks, then +): one all-reduce a dtype"
-    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-    for dt in {t.dtype for t in ts}:
-        g = [t for t in ts if t.dtype == dt]
-        flat = _flatten_dense_tensors(g).mul_(1/torch.distributed.get_world_size())
-        torch.distributed.all_reduce(flat)
-        torch._foreach_copy_(g, _unflatten_dense_tensors(flat, g))
 
 def _capture(g, pool, f):
     """`f()` captured into CUDA graph `g` on a side stream, as `torch.cuda.graph` does without its device synchronisation,
@@ -86,10 +76,7 @@ class _Replay(torch.autograd.Function):
 # %% ../nbs/06b_graph.ipynb #c85c398e
 class CudaGraph(Callback):
     """Each training batch's forward and backward replayed from two CUDA graphs captured for its shape: the host launches two
-    graphs instead of the passes' hundreds of kernels. The optimizer's step, the loss and fastai's events run as they are. Under
-    DDP the graphs hold the module DDP wraps, and the dense gradients are averaged over the ranks after each replay, in one
-    all-reduce, as DDP would (its hooks do not run in a graph); the row-sparse ones are `SparseEmbedOpt`'s to exchange"""
-    order = 12  # after `DistributedTrainer` (11) wraps the model: a replay stands for DDP's forward, not for the module inside it
+    graphs instead of the passes' hundreds of kernels. The optimizer's step, the loss and fastai's events run as they are"""
     def __init__(self,
         warmup:int=2, # Batches of a shape run as usual before its graphs are captured (kernels compiled, state made)
         max_graphs:int=2, # Shapes captured at most (others run as usual): e.g. the training batch and the epoch's last
@@ -101,10 +88,9 @@ class CudaGraph(Callback):
         if isinstance(getattr(left, '__self__', None), CudaGraph): del m.forward  # taken for the model's, it would call itself
         ps = list(m.parameters())
         self.graphs,self.seen,self.captures,self.replays = {},Counter(),0,0
-        self.active = bool(ps) and ps[0].is_cuda
-        if not self.active: return  # on the CPU: fastai's loop as it is
+        self.active = bool(ps) and ps[0].is_cuda and not distributed()
+        if not self.active: return  # on the CPU, or under DDP (its hooks run in the backward): fastai's loop as it is
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
-        self.inner = get_model(m).forward if get_model(m) is not m else self.fwd  # DDP's module: captured without DDP's forward
         self.anchor = torch.empty(0, device=ps[0].device, requires_grad=True)  # with a gradient: autograd calls `_Replay.backward`
         m.forward = self._forward  # on the instance: the model's class, state dict and hooks stay its own
 
@@ -127,15 +113,9 @@ class CudaGraph(Callback):
             self.seen[k] += 1
             if (self.seen[k] <= self.warmup or len(self.graphs) >= self.max_graphs
                 or any(p.grad is not None and p.grad.is_sparse for p in self.params)): return self.fwd(*xs)
-            if distributed() and not self._graphable(): self.active = False; return self.fwd(*xs)
             if self.learn is not None: self.learn.pred = self.learn.loss = self.learn.loss_grad = None  # the last batch's autograd
             # graph freed: its parameters' `AccumulateGrad` nodes, made on the default stream, would otherwise add on it in the capture
-            c,self.captures = _Captured(self.inner, self.params, xs, reduce=distributed()),self.captures + 1
+            c,self.captures = _Captured(self.fwd, self.params, xs),self.captures + 1
             self.graphs[k] = c
         self.replays += 1
         return _Replay.apply(c, self.anchor, *xs)
-
-    def _graphable(self)->bool:
-        "Under DDP: no table whose touched rows `SparseEmbeddingGrads` marks from a forward hook (a replay runs no hooks)"
-        sg = getattr(self.learn, 'sparse_embedding_grads', None)
-        return sg is None or not sg.names or sg.by_opt

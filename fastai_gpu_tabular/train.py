@@ -336,7 +336,7 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
 # %% ../nbs/08_train.ipynb #afab2bc0
 SPARSE_MIN_PARAMS = 2**24  # embedding parameters (by fastai's widths) from which the tables are row-sparse and 16 wide by default
 SPARSE_LR = 1e-2  # the maximum learning rate of a run with row-sparse tables given none (`lr_find`'s valley: 2.75e-4, under the baseline)
-GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which each GPU replays CUDA graphs by default: they pay their capture
+GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which one GPU replays CUDA graphs by default: they pay their capture
 
 def table_params(to, emb_dim:str|None, layers:str, n_out:int)->tuple:
     "(parameters in the embedding tables, parameters in all) of `to`'s model with fastai's widths (`emb_dim` overriding), estimated"
@@ -349,7 +349,7 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
                     emb_opt:str, emb_rule:str, precision:str, cuda_graph:str)->dict:
     """The settings left 'auto', chosen from the data and the device: row-sparse tables 16 wide (`emb_opt` 'rowwise-adagrad', `emb_rule`
     'fixed') when fastai's widths would put over half the parameters and `SPARSE_MIN_PARAMS` in the tables; bf16 on a GPU that has it
-    from 16,384 rows a step; CUDA graphs on GPUs from `GRAPH_MIN_ROWS` rows to train. {setting: (value, why)} of those chosen"""
+    from 16,384 rows a step; CUDA graphs on one GPU from `GRAPH_MIN_ROWS` rows to train. {setting: (value, why)} of those chosen"""
     res,(emb,total) = {},table_params(to, emb_dim, layers, n_out)
     big = not fastai_model and emb >= SPARSE_MIN_PARAMS and emb > total/2
     why = f"fastai's widths would give {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
@@ -361,8 +361,8 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
         on = 'a GPU with bf16' if bf16 else torch.device(device).type
         res['precision'] = ('bf16' if bf16 else 'fp32', f"{bs*world:,} rows a step on {on}")
     if cuda_graph == 'auto':
-        on = cuda and rows*epochs >= GRAPH_MIN_ROWS
-        res['cuda_graph'] = (on, f"{torch.device(device).type}, {rows*epochs:,} rows to train")
+        on = cuda and world == 1 and rows*epochs >= GRAPH_MIN_ROWS
+        res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}, {rows*epochs:,} rows to train")
     return res
 
 def report_defaults(chosen:dict, emb_dim:str|None=None):
@@ -487,7 +487,7 @@ def main(
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
     freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')
     max_size:str=None, # Raw data: at most this many ids a column, most frequent first (a number, or 'name=N,...')
-    cuda_graph:store_true=False, # GPUs: replay each training batch's forward and backward from CUDA graphs (`CudaGraph`; by default
+    cuda_graph:store_true=False, # One GPU: replay each training batch's forward and backward from CUDA graphs (`CudaGraph`; by default
                                  # from `GRAPH_MIN_ROWS` rows to train)
     no_cuda_graph:store_true=False, # Never replay CUDA graphs
 ):
@@ -505,7 +505,9 @@ def main(
         if precision not in ('auto', 'fp32') and device.type != 'cuda':
             warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
         if cuda_graph and no_cuda_graph: raise ValueError("`cuda_graph` and `no_cuda_graph`: pass one of them")
-        if cuda_graph and device.type != 'cuda': warn("`cuda_graph` needs a GPU, not the CPU: training without"); cuda_graph = False
+        if cuda_graph and (device.type != 'cuda' or world > 1):
+            where = 'the CPU' if device.type != 'cuda' else f'{world} processes'
+            warn(f"`cuda_graph` needs one GPU, not {where}: training without"); cuda_graph = False
         if deterministic:
             os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
         set_seed(seed)

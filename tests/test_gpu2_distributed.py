@@ -50,13 +50,3 @@ def test_notebook_launcher_trains_on_both_gpus(tmp_path):
     assert (r0['device'], r1['device']) == ('cuda:0', 'cuda:1') and (r0['loader_device'], r1['loader_device']) == ('cuda:0', 'cuda:1')
     assert not set(r0['rows']) & set(r1['rows']) and len(r0['rows']) == len(r1['rows']) == 8 * 500
     assert r0['n_preds'] == r1['n_preds'] == 2001 and r0['auc'] == r1['auc'] > 0.55
-
-@pytest.mark.parametrize('emb', ['rowwise-adagrad', 'dense'])
-def test_two_gpus_replay_cuda_graphs_and_train_as_ddp_does(tmp_path, emb):
-    "`--cuda-graph` on two GPUs: the forward and backward replayed outside DDP, the dense gradients averaged after each replay"
-    common = ('--bs', 300, '--epochs', 1, '--lr', 1e-2, '--emb-opt', emb, '--emb-rule', 'fixed', '--emb-dim', 8, '--layers', '64,32')
-    eager = train(tmp_path, 'eager', 2, *common, '--no-cuda-graph', gpu=True)
-    graph = train(tmp_path, 'graph', 2, *common, '--cuda-graph', gpu=True)
-    assert_same_weights(eager, graph, tol=1e-4)
-    m = json.loads((graph/'metrics.json').read_text())
-    assert m['cuda_graph'] and m['cuda_graph_replays'] >= 30 and m['world_size'] == 2

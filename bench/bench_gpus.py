@@ -1,0 +1,36 @@
+"""`fgt-train` on 1, 2, 4 ... GPUs of one machine, as a user launches it: one epoch from a processed folder each, the training
+rows/s of all GPUs together against one GPU's in the same run, the wall time of each launch, its phases and AUC.
+
+    python bench/bench_gpus.py --data <processed folder> --gpus 1 2 4 -- --bs 65536
+
+Each count is a fresh `accelerate launch` (`python -m accelerate.commands.launch --num_processes N -m fastai_gpu_tabular.train
+--data D --epochs 1 --overwrite --out ...`, with the arguments after `--`). Targets (issue 54): 2 GPUs >= 1.8x one, 4 >= 3.4x;
+a launch's wall time <= 1.3x its training phase; AUC within 0.002 of one GPU's."""
+import argparse, json, os, subprocess, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from common import report
+
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument('--data', required=True, help='a processed folder (fgt-prep --out)')
+p.add_argument('--gpus', type=int, nargs='+', default=[1, 2])
+p.add_argument('--name', default='gpus')
+a, rest = p.parse_known_args()
+rest = [o for o in rest if o != '--']
+env = dict(os.environ, NCCL_NVLS_ENABLE='0', TORCH_SYMM_MEM_DISABLE_MULTICAST='1', NVSHMEM_DISABLE_NVLS='1')
+rows, tmp = [], Path(tempfile.mkdtemp())
+for n in a.gpus:
+    out = tmp/f'run{n}'
+    cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n), '--num_machines', '1', '--mixed_precision', 'no',
+           '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) + ['-m', 'fastai_gpu_tabular.train', '--data', a.data,
+           '--epochs', '1', '--overwrite', '--out', str(out), *rest]
+    print(' '.join(cmd[3:]), flush=True)
+    t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=env); wall = time.perf_counter() - t0
+    m = json.loads((out/'metrics.json').read_text())
+    rows.append(dict(gpus=n, train_rows_s=m['train_rows_s'], wall_s=wall, train_s=m['phases_s']['train'], auc=m.get('roc_auc_score'),
+                     cuda_graph=m['cuda_graph'], phases_s=m['phases_s']))
+one = rows[0]['train_rows_s']
+for r in rows: r.update(vs_first=r['train_rows_s']/one, wall_over_train=r['wall_s']/r['train_s'])
+for r in rows: r.update({k: round(v, 3) for k, v in r.items() if isinstance(v, float)})
+report(a.name, rows, ['gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph'],
+       dict(bench='gpus', data=a.data, args=rest))
