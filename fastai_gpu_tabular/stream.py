@@ -275,7 +275,7 @@ class ParquetDataLoader(BatchDataLoader):
         if reader=='auto':  # the GPU's decode: no window stalls the training thread, and processes on one host share no CPUs
             dev = kwargs.get('device')
             reader = 'cudf' if dev is not None and torch.device(dev).type=='cuda' and gpu_available() else 'pyarrow'
-        if reader=='cudf' and not gpu_available(): raise ValueError("`reader='cudf'` needs cuDF and a GPU: use the default, 'pyarrow'")
+        if reader=='cudf' and not gpu_available(): raise ValueError("`reader='cudf'` needs cuDF and a GPU: use 'pyarrow' (or 'auto')")
         if prefetch < 1: raise ValueError(f"`prefetch` must be at least 1 (a window read ahead), not {prefetch}")
         self.reader,self.prefetch = reader,prefetch
         if kwargs.pop('host', False):

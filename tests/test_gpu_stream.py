@@ -65,15 +65,15 @@ def test_training_from_parquet_on_the_gpu(ml):
     assert len(preds) == dls.valid.n
 
 @pytest.mark.gpu
-def test_fgt_train_on_a_processed_folder_imports_no_cudf(ml, tmp_path):
-    "A processed folder is streamed by pyarrow: `fgt-train` on the GPU leaves cuDF unimported (its import is seconds of the run)"
+def test_fgt_train_on_a_processed_folder_decodes_on_the_gpu(ml, tmp_path):
+    "A processed folder is decoded by cuDF on a GPU that has it (`reader='auto'`): windows read without the CPU, the first batch sooner"
     import subprocess, sys
     code = ("import sys; from fastai_gpu_tabular.train import main; "
-            f"main(data={str(ml)!r}, out={str(tmp_path/'r')!r}, epochs=1, bs=8192, lr=5e-3, precision='bf16'); "
-            "print('CUDF', 'cudf' in sys.modules)")
+            f"l = main(data={str(ml)!r}, out={str(tmp_path/'r')!r}, epochs=1, bs=8192, lr=5e-3, precision='bf16'); "
+            "print('READERS', l.dls.train.reader, l.dls.valid.reader)")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert 'CUDF False' in r.stdout and json.loads((tmp_path/'r'/'metrics.json').read_text())['device'].startswith('cuda')
+    assert 'READERS cudf cudf' in r.stdout and json.loads((tmp_path/'r'/'metrics.json').read_text())['device'].startswith('cuda')
 
 @pytest.mark.gpu2
 def test_two_gpus_stream_equal_batch_counts(tmp_path):
