@@ -450,9 +450,9 @@ class SparseEmbedOpt(Optimizer):
         sums = (_sums_fused if triton is not None and rows.is_cuda else _sums_torch)(*lookups)
         world,k = num_distrib(),len(groups)
         with allowed_sync(): c = torch.cat([all_gather_cat(un[:,1].contiguous()[None]).view(-1), un[:,0]]).tolist()  # counts, firsts
-        ns = [c[r*k:(r+1)*k] for r in range(world)]
-        ids = [gather_rows(rows[r0:], [n[j] for n in ns]) for j,r0 in enumerate(c[world*k:])]
-        return ids,[gather_rows(s.mul_(1/world), [n[j] for n in ns]) for j,s in enumerate(sums)]  # ÷ on each rank, then +
+        ns = [c[j:world*k:k] for j in range(k)]  # group `j`'s rows on each rank
+        ids = [gather_rows(rows[r0:], n) for r0,n in zip(c[world*k:], ns)]
+        return ids,[gather_rows(s.mul_(1/world), n) for s,n in zip(sums, ns)]  # ÷ on each rank, then +
 
     def _rows_of(self, ids, vals, starts, groups, dist):
         "(rows, un, starts, lookups) of the lookups `ids`, `vals` of `groups` (`_touched`'s); `dist`: every rank's"
