@@ -64,13 +64,28 @@ def value(self:AvgMetric):
     return mean_over_ranks(self.total, self.count)
 
 # %% ../nbs/07_distributed.ipynb #bada5da0
-_fai_wrap_dl = DistributedTrainer._wrap_dl
-
 @patch
 def _wrap_dl(self:DistributedTrainer, dl):
     "fastai's `DistributedDL` for other loaders; a `BatchDataLoader` shards itself, on this rank's device"
     if isinstance(dl, BatchDataLoader): return dl.sharded(rank_distrib(), num_distrib(), self.accelerator.device)
-    return _fai_wrap_dl(self, dl)
+    return dl if isinstance(dl, DistributedDL) else DistributedDL(dl, device=self.accelerator.device)  # the model may be no DDP's
+
+_fai_before_fit = DistributedTrainer.before_fit
+
+@patch
+def before_fit(self:DistributedTrainer):
+    """fastai's; a model whose tables `SparseEmbedOpt` steps stays itself, not DDP's (`SparseEmbeddingGrads.plain`, which averages
+    its other gradients): no hooks in its backward, so `CudaGraph` captures it on every rank"""
+    if not getattr(getattr(self.learn, 'sparse_embedding_grads', None), 'plain', False): return _fai_before_fit(self)
+    acc = self.accelerator
+    acc.prepare = lambda m: m.to(acc.device)  # fastai's `before_fit` with the model on this rank's device, unwrapped
+    try: _fai_before_fit(self)
+    finally: del acc.prepare
+
+@patch
+def after_fit(self:DistributedTrainer):
+    "fastai's: the model unwrapped (where DDP wrapped it) and the loaders back"
+    self.learn.model,self.learn.dls.loaders = get_model(self.learn.model),self.old_dls
 
 # %% ../nbs/07_distributed.ipynb #73c12766
 def ddp_kwargs(
@@ -106,12 +121,14 @@ def sparse_tables(model, bs:int, world:int,
 
 # %% ../nbs/07_distributed.ipynb #161e0be0
 class SparseEmbeddingGrads(Callback):
-    "Leave the large embedding tables out of DDP and exchange only the rows a step touched: every rank ends with DDP's mean gradient"
+    """Leave the large embedding tables out of DDP and exchange only the rows a step touched: every rank ends with DDP's mean gradient.
+    Packed tables (`FastTabularModel(sparse=True)`, whose rows `SparseEmbedOpt` exchanges) leave DDP out altogether (`plain`): the
+    other gradients are averaged in one all-reduce a step and the buffers sent from rank 0 as DDP would, without its hooks"""
     order = 8  # after `GradientAccumulation` decides to step (6), before `MixedPrecision` unscales (10) and `DistributedTrainer` wraps (11)
     def __init__(self,
         sparse:bool|None=None, # True: every table; False: none (plain DDP); None: `sparse_tables`' rule
         bf16:bool=False, # Send the rows in bf16, as `ddp_kwargs(bf16_grads=True)` does the dense gradients
-    ): store_attr(); self.names,self.hook,self.rows,self.params,self.by_opt = [],None,[],[],False
+    ): store_attr(); self.names,self.hook,self.rows,self.params,self.by_opt,self.plain = [],None,[],[],False,False
 
     def before_fit(self):
         model = get_model(self.model)
@@ -119,12 +136,17 @@ class SparseEmbeddingGrads(Callback):
         bs = self.dls.train.bs
         n_acc = max(1, -(-acc.n_acc//bs)) if acc is not None else 1
         self.by_opt = getattr(model, 'sparse', False)  # packed tables (`FastTabularModel(sparse=True)`): `SparseEmbedOpt` sends their rows
+        sync_bn = getattr(getattr(self.learn, 'distributed_trainer', None), 'sync_bn', False)
+        self.plain = self.by_opt and distributed() and not (sync_bn and any(isinstance(o, nn.modules.batchnorm._BatchNorm)
+                                                                            for o in model.modules()))  # `SyncBatchNorm` needs DDP
         if self.by_opt: self.names = [n for n in embedding_tables(model) if n.startswith('embeds.')]  # DDP cannot reduce their gradients
         else: self.names = sparse_tables(model, bs, num_distrib(), n_acc, self.sparse) if distributed() else []
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, self.names)
         if self.by_opt and distributed():
             for n,p in model.named_parameters():
-                if n in self.names: torch.distributed.broadcast(p.data, 0)  # DDP broadcasts the others at wrapping
+                if n in self.names or self.plain: torch.distributed.broadcast(p.data, 0)  # DDP broadcasts the others at wrapping
+            if self.plain: self._buffers_from_rank0()
+            self.dense = [p for n,p in model.named_parameters() if n not in self.names and p.requires_grad]
         if not self.names or self.by_opt: return
         ps,tabs = dict(model.named_parameters()),embedding_tables(model)
         self.params = [ps[n] for n in self.names]
@@ -139,7 +161,22 @@ class SparseEmbeddingGrads(Callback):
         for mask,(kind,i) in zip(self.masks, self.srcs):
             mask.index_fill_(0, (args[0][:, i] if kind=='embeds' else args[2][i][0]).reshape(-1), True)  # no sync, deterministic
 
+    def _buffers_from_rank0(self):
+        for b in get_model(self.model).buffers(): torch.distributed.broadcast(b, 0)
+    def before_validate(self):
+        if self.plain: self._buffers_from_rank0()  # DDP's `broadcast_buffers`: rank 0's running statistics on every rank
+
+    def _mean_dense(self):
+        "DDP's mean of the gradients other than the tables', without DDP: divided by the ranks, then summed in one all-reduce"
+        gs = [p.grad for p in self.dense if p.grad is not None]
+        if not gs: return
+        flat = torch.cat([g.reshape(-1) for g in gs]).mul_(1/num_distrib())
+        if self.bf16: flat = flat.bfloat16()
+        torch.distributed.all_reduce(flat)
+        torch._foreach_copy_(gs, [f.view_as(g) for f,g in zip(flat.split([g.numel() for g in gs]), gs)])
+
     def before_step(self):
+        if self.plain: return self._mean_dense()
         if not self.names or self.by_opt: return
         world = num_distrib()
         for p in self.params:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from fastai.torch_basics import *
 from fastai.callback.core import Callback
-from .comm import distributed
+from torch.nn.parallel import DistributedDataParallel
 
 # %% auto #0
 __all__ = ['CudaGraph']
@@ -77,6 +77,7 @@ class _Replay(torch.autograd.Function):
 class CudaGraph(Callback):
     """Each training batch's forward and backward replayed from two CUDA graphs captured for its shape: the host launches two
     graphs instead of the passes' hundreds of kernels. The optimizer's step, the loss and fastai's events run as they are"""
+    order = 12  # after `DistributedTrainer` (11): the model it trains, DDP's (not captured: its hooks run in the backward) or itself
     def __init__(self,
         warmup:int=2, # Batches of a shape run as usual before its graphs are captured (kernels compiled, state made)
         max_graphs:int=2, # Shapes captured at most (others run as usual): e.g. the training batch and the epoch's last
@@ -88,7 +89,7 @@ class CudaGraph(Callback):
         if isinstance(getattr(left, '__self__', None), CudaGraph): del m.forward  # taken for the model's, it would call itself
         ps = list(m.parameters())
         self.graphs,self.seen,self.captures,self.replays = {},Counter(),0,0
-        self.active = bool(ps) and ps[0].is_cuda and not distributed()
+        self.active = bool(ps) and ps[0].is_cuda and not isinstance(m, DistributedDataParallel)
         if not self.active: return  # on the CPU, or under DDP (its hooks run in the backward): fastai's loop as it is
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
         self.anchor = torch.empty(0, device=ps[0].device, requires_grad=True)  # with a gradient: autograd calls `_Replay.backward`

@@ -346,10 +346,11 @@ def table_params(to, emb_dim:str|None, layers:str, n_out:int)->tuple:
     return emb, emb + sum(a*b for a,b in zip(sizes[:-1], sizes[1:]))
 
 def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:int, layers:str, emb_dim:str|None, fastai_model:bool,
-                    emb_opt:str, emb_rule:str, precision:str, cuda_graph:str)->dict:
+                    emb_opt:str, emb_rule:str, precision:str, cuda_graph:str, sync_bn:bool=False)->dict:
     """The settings left 'auto', chosen from the data and the device: row-sparse tables 16 wide (`emb_opt` 'rowwise-adagrad', `emb_rule`
     'fixed') when fastai's widths would put over half the parameters and `SPARSE_MIN_PARAMS` in the tables; bf16 on a GPU that has it
-    from 16,384 rows a step; CUDA graphs on one GPU from `GRAPH_MIN_ROWS` rows to train. {setting: (value, why)} of those chosen"""
+    from 16,384 rows a step; CUDA graphs on GPUs from `GRAPH_MIN_ROWS` rows to train, on one or on several without DDP (row-sparse
+    tables, no `sync_bn`). {setting: (value, why)} of those chosen"""
     res,(emb,total) = {},table_params(to, emb_dim, layers, n_out)
     big = not fastai_model and emb >= SPARSE_MIN_PARAMS and emb > total/2
     why = f"fastai's widths would give {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
@@ -361,8 +362,10 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
         on = 'a GPU with bf16' if bf16 else torch.device(device).type
         res['precision'] = ('bf16' if bf16 else 'fp32', f"{bs*world:,} rows a step on {on}")
     if cuda_graph == 'auto':
-        on = cuda and world == 1 and rows*epochs >= GRAPH_MIN_ROWS
-        res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}, {rows*epochs:,} rows to train")
+        packed = world == 1 or (res['emb_opt'][0] if 'emb_opt' in res else emb_opt) != 'dense' and not sync_bn  # no DDP: graphs
+        on = cuda and packed and rows*epochs >= GRAPH_MIN_ROWS
+        res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}{'' if packed else ' under DDP'}, "
+                                 f"{rows*epochs:,} rows to train")
     return res
 
 def report_defaults(chosen:dict, emb_dim:str|None=None):
@@ -487,8 +490,8 @@ def main(
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
     freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')
     max_size:str=None, # Raw data: at most this many ids a column, most frequent first (a number, or 'name=N,...')
-    cuda_graph:store_true=False, # One GPU: replay each training batch's forward and backward from CUDA graphs (`CudaGraph`; by default
-                                 # from `GRAPH_MIN_ROWS` rows to train)
+    cuda_graph:store_true=False, # Replay each training batch's forward and backward from CUDA graphs (`CudaGraph`; by default from
+                                 # `GRAPH_MIN_ROWS` rows to train, on one GPU or several with row-sparse tables)
     no_cuda_graph:store_true=False, # Never replay CUDA graphs
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
@@ -505,9 +508,7 @@ def main(
         if precision not in ('auto', 'fp32') and device.type != 'cuda':
             warn(f"`precision` {precision!r} has no effect on the CPU: training in fp32"); precision = 'fp32'
         if cuda_graph and no_cuda_graph: raise ValueError("`cuda_graph` and `no_cuda_graph`: pass one of them")
-        if cuda_graph and (device.type != 'cuda' or world > 1):
-            where = 'the CPU' if device.type != 'cuda' else f'{world} processes'
-            warn(f"`cuda_graph` needs one GPU, not {where}: training without"); cuda_graph = False
+        if cuda_graph and device.type != 'cuda': warn("`cuda_graph` needs a GPU, not the CPU: training without"); cuda_graph = False
         if deterministic:
             os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8'); torch.use_deterministic_algorithms(True)
         set_seed(seed)
@@ -521,10 +522,13 @@ def main(
         base = baseline(to, y_block, data)
         chosen = choose_defaults(to, device, world, bs, dls.train.n, epochs, dls.c if y_block=='category' else len(to.y_names), layers,
                                  emb_dim, fastai_model, emb_opt, emb_rule, precision,
-                                 'auto' if not (cuda_graph or no_cuda_graph) else cuda_graph)
+                                 'auto' if not (cuda_graph or no_cuda_graph) else cuda_graph, sync_bn)
         pick = lambda k, v: chosen[k][0] if k in chosen else v
         emb_opt,emb_rule,precision,cuda_graph = (pick('emb_opt', emb_opt), pick('emb_rule', emb_rule), pick('precision', precision),
                                                  pick('cuda_graph', cuda_graph))
+        if cuda_graph and world > 1 and (emb_opt == 'dense' or sync_bn):
+            warn(f"`cuda_graph` on {world} processes needs row-sparse tables (`emb_opt`) and no `sync_bn`: DDP's hooks run in the "
+                 "backward, which a graph cannot capture; training without"); cuda_graph = False
         args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision)  # run.json: what the run trains with
         report_defaults(chosen, emb_dim)
         check_run(out, run_settings(args, dls, to, world), resume)

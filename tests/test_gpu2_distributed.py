@@ -2,7 +2,7 @@
 test_distributed.py again, with SyncBatchNorm for the half-batch equivalence and bf16 for resuming."""
 import json
 import pytest, torch
-from test_distributed import launch, train, assert_same_weights, check_sparse, ROOT
+from test_distributed import launch, train, assert_same_weights, check_sparse, check_plain, ROOT
 
 pytestmark = pytest.mark.gpu2
 
@@ -50,3 +50,17 @@ def test_notebook_launcher_trains_on_both_gpus(tmp_path):
     assert (r0['device'], r1['device']) == ('cuda:0', 'cuda:1') and (r0['loader_device'], r1['loader_device']) == ('cuda:0', 'cuda:1')
     assert not set(r0['rows']) & set(r1['rows']) and len(r0['rows']) == len(r1['rows']) == 8 * 500
     assert r0['n_preds'] == r1['n_preds'] == 2001 and r0['auc'] == r1['auc'] > 0.55
+
+def test_two_gpus_train_packed_tables_without_ddp_in_cuda_graphs(tmp_path):
+    "dist_plain_worker.py over NCCL: row-sparse packed tables, no DDP, each rank replays CUDA graphs; the ranks stay alike"
+    launch(2, 'tests/dist_plain_worker.py', tmp_path, 'gpu', accelerate=True)
+    check_plain(tmp_path, gpu=True)
+
+def test_two_gpus_with_row_sparse_tables_and_graphs_match_one(tmp_path):
+    "`fgt-train --emb-opt ... --cuda-graph` on two GPUs at half the batch ends with one GPU's weights, graphs replayed on both"
+    common = ('--epochs', 1, '--lr', 1e-2, '--no-bn', '--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', 8, '--cuda-graph')
+    one = train(tmp_path, 'one', 1, '--bs', 600, *common, gpu=True)
+    two = train(tmp_path, 'two', 2, '--bs', 300, *common, gpu=True)
+    assert_same_weights(one, two, tol=2e-5)
+    m = json.loads((two/'metrics.json').read_text())
+    assert m['world_size'] == 2 and m['cuda_graph'] and m['cuda_graph_replays'] >= 12, m  # 16 batches, 2 before the capture

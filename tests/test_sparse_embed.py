@@ -202,7 +202,7 @@ def test_fgt_train_sparse_tables_resume_like_a_whole_run(tmp_path):
 def test_fgt_train_cuda_graph_on_the_cpu_warns_and_trains_as_without(tmp_path):
     common = dict(data='synth', rows=3_000, epochs=1, bs=400, layers='16', lr=1e-2, cpu=True, emb_opt='rowwise-adagrad',
                   emb_rule='fixed', emb_dim='4', opt='lamb')
-    with pytest.warns(UserWarning, match='`cuda_graph` needs one GPU, not the CPU'):
+    with pytest.warns(UserWarning, match='`cuda_graph` needs a GPU, not the CPU'):
         g = main(out=str(tmp_path/'g'), cuda_graph=True, **common)
     e = main(out=str(tmp_path/'e'), **common)
     for (k, v), w in zip(g.model.state_dict().items(), e.model.state_dict().values()): assert torch.equal(v, w), k

@@ -15,6 +15,7 @@ p.add_argument('--steps', type=int, default=40)
 p.add_argument('--prof', type=int, default=8)
 p.add_argument('--top', type=int, default=25)
 p.add_argument('--timeline', action='store_true', help="instead: each training batch's host time over the whole fit: the first batch's wait and the stalls")
+p.add_argument('--events', action='store_true', help="also: the seconds of each callback's fit-level events on each rank (what the fit spends outside its batches)")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' (fgt-train's) or 'cudf'")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
@@ -84,6 +85,27 @@ if a.reader:
     _init = S.ParquetDataLoader.__init__
     def init(self, *args, **kw): kw['reader'] = a.reader; _init(self, *args, **kw)
     S.ParquetDataLoader.__init__ = init
+
+if a.events:  # every callback's fit-level events timed (fastai calls `cb(event)`), the GPU's queue drained first
+    FIT_EVENTS = {'before_fit', 'before_epoch', 'before_train', 'after_train', 'before_validate', 'after_validate', 'after_epoch', 'after_fit'}
+    _call, spent = Callback.__call__, defaultdict(float)
+    def timed(self, name):
+        if name not in FIT_EVENTS: return _call(self, name)
+        if CUDA: torch.cuda.synchronize()
+        t = time.perf_counter()
+        try: return _call(self, name)
+        finally:
+            if CUDA: torch.cuda.synchronize()
+            spent[f'{type(self).__name__}.{name}'] += time.perf_counter() - t
+    Callback.__call__ = timed
+    import atexit
+    def report_events():
+        r, w = rank_world()
+        top = sorted(spent.items(), key=lambda kv: -kv[1])
+        line = f"rank {r} of {w} events: " + ', '.join(f'{k} {v:.2f}' for k, v in top if v >= 0.01)
+        print(line, flush=True)
+        log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'events{r}_of{w}.txt').write_text(line)
+    atexit.register(report_events)
 
 for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
 
