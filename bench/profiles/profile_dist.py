@@ -75,7 +75,8 @@ class Timeline(Callback):
         t = np.array(self.t + [time.perf_counter()]); d = np.diff(t[1:]) * 1e3; med = float(np.median(d)); long = d > max(4 * med, 20)
         r, w = rank_world()
         res = dict(rank=r, world=w, batches=len(d), first_s=t[1] - t[0], total_s=t[-1] - t[0], median_ms=med, stalls=int(long.sum()),
-                   stalls_s=float(d[long].sum() / 1e3), steady_s=float(d[~long].sum() / 1e3), biggest_ms=sorted(d.round(1).tolist())[-8:])
+                   stalls_s=float(d[long].sum() / 1e3), steady_s=float(d[~long].sum() / 1e3),
+                   biggest_ms={int(i): round(float(d[i]), 1) for i in sorted(np.argsort(d)[-8:])})  # batch: its wait
         log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
         (log / f'timeline{r}_of{w}.json').write_text(json.dumps(res))
         print(f"rank {r} of {w}: " + ', '.join(f'{k} {v:.2f}' if isinstance(v, float) else f'{k} {v}' for k, v in res.items()), flush=True)
