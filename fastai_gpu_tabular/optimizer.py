@@ -16,8 +16,8 @@ from .comm import distributed, gather_rows, all_gather_cat
 from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
-           'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'WHOLE_EXCHANGE_BYTES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad',
+           'adagrad_rows', 'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -324,6 +324,7 @@ def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
 
 # %% ../nbs/06_optimizer.ipynb #f3c1d9a2
 _RULE_IDS = {'adagrad': 0, 'rowwise-adagrad': 1, 'lazy-adam': 2}
+WHOLE_EXCHANGE_BYTES = 2**29  # `SparseEmbedOpt(exchange='auto')`: tables whose gradients (and a count a row) fit here cross ranks whole
 
 if triton is not None:
     @triton.jit
@@ -397,10 +398,13 @@ class SparseEmbedOpt(Optimizer):
         opt_func:Callable=ForeachLamb, # The fastai optimizer of the dense parameters, whose hyper-parameters the tables share
         rule:str='lazy-adam', # The tables' step: 'adagrad', 'rowwise-adagrad' or 'lazy-adam'
         lr_mult:float=1., # The tables' learning rate over the dense parameters'
+        exchange:str='auto', # Across ranks: 'rows' (the touched rows), 'whole' (every row, one all-reduce, no host sync), 'auto': 'whole'
+                             # for tables whose gradients take at most `WHOLE_EXCHANGE_BYTES`
         **kwargs # Passed to `opt_func`
     ):
         if rule not in SPARSE_RULES: raise ValueError(f"`rule` must be one of {', '.join(SPARSE_RULES)}, not {rule!r}")
-        self.dense,self.rule,self.lr_mult = opt_func(params, lr=lr, **kwargs),rule,lr_mult
+        if exchange not in ('auto', 'rows', 'whole'): raise ValueError(f"`exchange` must be 'auto', 'rows' or 'whole', not {exchange!r}")
+        self.dense,self.rule,self.lr_mult,self.exchange = opt_func(params, lr=lr, **kwargs),rule,lr_mult,exchange
 
     # one set of groups, hyper-parameters (fastai's schedules set them here) and state: the dense optimizer's
     param_lists = property(lambda self: self.dense.param_lists)
@@ -440,19 +444,48 @@ class SparseEmbedOpt(Optimizer):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
             else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
             ids.append(i); vals.append(v.to(b.dtype).contiguous())
-        if distributed(): ids,vals = self._ranks_rows(ids, vals, starts, groups)
+        if distributed(): ids,vals = (self._whole_rows if self._whole(groups) else self._ranks_rows)(ids, vals, starts, groups)
         return self._rows_of(ids, vals, starts, groups, distributed())
+
+    def _whole(self, groups)->bool:
+        "Whether `groups`' gradients cross the ranks whole (`_whole_rows`): `exchange`, 'auto' by their size"
+        nbytes = sum(4*(len(b)+1)*(b.shape[1]+1) for b,_ in groups)
+        return self.exchange == 'whole' or (self.exchange == 'auto' and nbytes <= WHOLE_EXCHANGE_BYTES)
+
+    def _local_sums(self, ids, vals, starts, groups):
+        "(rows, un, most, sums): this rank's lookups summed by touched row, ÷ the ranks (DDP's mean: divided, then added over the ranks)"
+        rows,un,_,lookups = self._rows_of(ids, vals, starts, groups, False)
+        sums = (_sums_fused if triton is not None and rows.is_cuda else _sums_torch)(*lookups)
+        return rows,un,lookups[4],[s.mul_(1/num_distrib()) for s in sums]
+
+    def _whole_rows(self, ids, vals, starts, groups):
+        """`_ranks_rows`' (ids, vals) from one all-reduce of every group's whole gradient, a count of the ranks that touched it beside each
+        row: sizes fixed by the tables, no host sync, so the host queues the next batch while the GPUs add"""
+        rows,un,most,sums = self._local_sums(ids, vals, starts, groups)
+        ns,ds,world = [len(b) for b,_ in groups],[s.shape[1] + 1 for s in sums],num_distrib()
+        flat = torch.zeros(sum((n+1)*d for n,d in zip(ns, ds)), device=rows.device)  # a last row a group: the sink of the padding
+        bufs = [f.view(n+1, d) for f,n,d in zip(flat.split([(n+1)*d for n,d in zip(ns, ds)]), ns, ds)]
+        for j,(buf,s,m,n) in enumerate(zip(bufs, sums, most, ns)):
+            k = torch.arange(m, device=rows.device)
+            r = torch.where(k < un[j,1], rows[(un[j,0] + k).clamp_(max=len(rows)-1)].long() - starts[j], n)
+            buf.index_copy_(0, r, torch.cat([s[:m].float(), s.new_ones(m, 1, dtype=torch.float32)], 1))
+        torch.distributed.all_reduce(flat)
+        ids,vals = [],[]
+        for buf,n,m,s0 in zip(bufs, ns, most, starts):
+            u = torch.nonzero_static(buf[:n, -1] > 0, size=min(n, world*m), fill_value=-1).squeeze(1)  # ascending, padded with -1
+            ok = u >= 0
+            u = torch.where(ok, u, u[0])  # the padding: the first touched row again with a zero gradient, which adds nothing to it
+            ids.append(u + s0); vals.append(buf[u, :-1] * ok[:, None])
+        return ids,vals
 
     def _ranks_rows(self, ids, vals, starts, groups):
         """(ids, vals) of each group: the rows every rank's lookups touched and their gradients summed on that rank, ÷ the ranks (DDP's
         mean): this rank's lookups summed by row first (on click logs a tenth as many rows as lookups), then exchanged; one host sync"""
-        rows,un,_,lookups = self._rows_of(ids, vals, starts, groups, False)
-        sums = (_sums_fused if triton is not None and rows.is_cuda else _sums_torch)(*lookups)
+        rows,un,_,sums = self._local_sums(ids, vals, starts, groups)
         world,k = num_distrib(),len(groups)
         with allowed_sync(): c = torch.cat([all_gather_cat(un[:,1].contiguous()[None]).view(-1), un[:,0]]).tolist()  # counts, firsts
         ns = [c[j:world*k:k] for j in range(k)]  # group `j`'s rows on each rank
-        ids = [gather_rows(rows[r0:], n) for r0,n in zip(c[world*k:], ns)]
-        return ids,[gather_rows(s.mul_(1/world), n) for s,n in zip(sums, ns)]  # ÷ on each rank, then +
+        return [gather_rows(rows[r0:], n) for r0,n in zip(c[world*k:], ns)],[gather_rows(s, n) for s,n in zip(sums, ns)]
 
     def _rows_of(self, ids, vals, starts, groups, dist):
         "(rows, un, starts, lookups) of the lookups `ids`, `vals` of `groups` (`_touched`'s); `dist`: every rank's"

@@ -157,14 +157,19 @@ def test_resuming_on_another_process_count_names_it(tmp_path):
         main(data='synth', rows=12_000, deterministic=True, out=str(cut), bs=400, epochs=2, layers='64,32', cpu=True, resume=True)
 
 def check_plain(out, gpu=False):
-    "dist_plain_worker.py's ranks: trained without DDP (CUDA graphs replayed on GPUs), the same parameters and BatchNorm buffers"
-    r0, r1 = [json.loads((out/f'plain_rank{r}.json').read_text()) for r in (0, 1)]
-    assert r0['ddp'] is r1['ddp'] is False and r0['bn'] and r0['valid_loss'] == r1['valid_loss']
-    assert (r0['replays'] > 20) == (r1['replays'] > 20) == gpu, (r0['replays'], r1['replays'])  # 25 training batches a rank
-    s0, s1 = [torch.load(out/f'plain_rank{r}.pt') for r in (0, 1)]
-    for k in s0: assert torch.equal(s0[k], s1[k]), k
+    """dist_plain_worker.py's ranks: trained without DDP (CUDA graphs replayed on GPUs), the same parameters and BatchNorm buffers on
+    both; the tables' rows exchanged whole or touched rows only, the same training"""
+    sds = {}
+    for ex in ('rows', 'whole'):
+        r0, r1 = [json.loads((out/f'plain_{ex}_rank{r}.json').read_text()) for r in (0, 1)]
+        assert r0['ddp'] is r1['ddp'] is False and r0['bn'] and r0['valid_loss'] == r1['valid_loss']
+        assert (r0['replays'] > 20) == (r1['replays'] > 20) == gpu, (r0['replays'], r1['replays'])  # 25 training batches a rank
+        s0, s1 = sds[ex] = [torch.load(out/f'plain_{ex}_rank{r}.pt') for r in (0, 1)]
+        for k in s0: assert torch.equal(s0[k], s1[k]), (ex, k)
+    if gpu: assert [json.loads((out/f'nosync_rank{r}.json').read_text()) for r in (0, 1)] == [12, 12]  # no host sync a step
+    for k,v in sds['rows'][0].items(): torch.testing.assert_close(sds['whole'][0][k], v, rtol=1e-5, atol=1e-6, msg=lambda m: f'{k}: {m}')
 
 def test_packed_tables_train_without_ddp_alike_on_every_rank(tmp_path):
-    "Row-sparse packed tables: no DDP wrapper; the dense gradients' mean and rank 0's BatchNorm buffers keep the ranks alike"
+    "Packed row-sparse tables: no DDP wrapper; the dense gradients' mean and rank 0's BatchNorm buffers keep the ranks alike"
     launch(2, 'tests/dist_plain_worker.py', tmp_path)
     check_plain(tmp_path)

@@ -16,6 +16,7 @@ p.add_argument('--prof', type=int, default=8)
 p.add_argument('--top', type=int, default=25)
 p.add_argument('--timeline', action='store_true', help="instead: each training batch's host time over the whole fit: the first batch's wait and the stalls")
 p.add_argument('--events', action='store_true', help="also: the seconds of each callback's fit-level events on each rank (what the fit spends outside its batches)")
+p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' (fgt-train's) or 'cudf'")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
@@ -80,6 +81,12 @@ class Timeline(Callback):
         log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
         (log / f'timeline{r}_of{w}.json').write_text(json.dumps(res))
         print(f"rank {r} of {w}: " + ', '.join(f'{k} {v:.2f}' if isinstance(v, float) else f'{k} {v}' for k, v in res.items()), flush=True)
+
+if a.exchange:
+    import fastai_gpu_tabular.optimizer as O
+    _oinit = O.SparseEmbedOpt.__init__
+    def oinit(self, *args, **kw): kw['exchange'] = a.exchange; _oinit(self, *args, **kw)
+    O.SparseEmbedOpt.__init__ = oinit
 
 if a.reader:
     import fastai_gpu_tabular.stream as S
