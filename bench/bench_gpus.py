@@ -14,23 +14,26 @@ from common import report
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument('--data', required=True, help='a processed folder (fgt-prep --out)')
 p.add_argument('--gpus', type=int, nargs='+', default=[1, 2])
+p.add_argument('--rounds', type=int, default=1, help='rounds over the counts: the first is a first run, the others warm')
 p.add_argument('--name', default='gpus')
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 env = dict(os.environ, NCCL_NVLS_ENABLE='0', TORCH_SYMM_MEM_DISABLE_MULTICAST='1', NVSHMEM_DISABLE_NVLS='1')
 rows, tmp = [], Path(tempfile.mkdtemp())
-for n in a.gpus:
-    out = tmp/f'run{n}'
-    cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n), '--num_machines', '1', '--mixed_precision', 'no',
-           '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) + ['-m', 'fastai_gpu_tabular.train', '--data', a.data,
-           '--epochs', '1', '--overwrite', '--out', str(out), *rest]
-    print(' '.join(cmd[3:]), flush=True)
-    t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=env); wall = time.perf_counter() - t0
-    m = json.loads((out/'metrics.json').read_text())
-    rows.append(dict(gpus=n, train_rows_s=m['train_rows_s'], wall_s=wall, train_s=m['phases_s']['train'], auc=m.get('roc_auc_score'),
-                     cuda_graph=m['cuda_graph'], phases_s=m['phases_s']))
-one = rows[0]['train_rows_s']
-for r in rows: r.update(vs_first=r['train_rows_s']/one, wall_over_train=r['wall_s']/r['train_s'])
+for rnd in range(1, a.rounds+1):
+    for n in a.gpus:
+        out = tmp/f'run{n}'
+        cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n), '--num_machines', '1', '--mixed_precision',
+               'no', '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) + ['-m', 'fastai_gpu_tabular.train', '--data', a.data,
+               '--epochs', '1', '--overwrite', '--out', str(out), *rest]
+        print(' '.join(cmd[3:]), flush=True)
+        t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=env); wall = time.perf_counter() - t0
+        m = json.loads((out/'metrics.json').read_text())
+        rows.append(dict(round=rnd, gpus=n, train_rows_s=m['train_rows_s'], wall_s=wall, train_s=m['phases_s']['train'],
+                         auc=m.get('roc_auc_score'), cuda_graph=m['cuda_graph'], phases_s=m['phases_s']))
+for r in rows:
+    one = next(o['train_rows_s'] for o in rows if o['round'] == r['round'])  # the round's first count
+    r.update(vs_first=r['train_rows_s']/one, wall_over_train=r['wall_s']/r['train_s'])
 for r in rows: r.update({k: round(v, 3) for k, v in r.items() if isinstance(v, float)})
-report(a.name, rows, ['gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph'],
+report(a.name, rows, ['round', 'gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph'],
        dict(bench='gpus', data=a.data, args=rest))

@@ -442,8 +442,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                           'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt._touched': ( 'optimizer.html#sparseembedopt._touched',
                                                                                                         'fastai_gpu_tabular/optimizer.py'),
-                                              'fastai_gpu_tabular.optimizer.SparseEmbedOpt._whole': ( 'optimizer.html#sparseembedopt._whole',
-                                                                                                      'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt._whole_rows': ( 'optimizer.html#sparseembedopt._whole_rows',
                                                                                                            'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.SparseEmbedOpt.step': ( 'optimizer.html#sparseembedopt.step',

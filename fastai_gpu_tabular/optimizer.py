@@ -16,8 +16,8 @@ from .comm import distributed, gather_rows, all_gather_cat
 from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'WHOLE_EXCHANGE_BYTES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad',
-           'adagrad_rows', 'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
+           'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -324,7 +324,6 @@ def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
 
 # %% ../nbs/06_optimizer.ipynb #f3c1d9a2
 _RULE_IDS = {'adagrad': 0, 'rowwise-adagrad': 1, 'lazy-adam': 2}
-WHOLE_EXCHANGE_BYTES = 2**29  # `SparseEmbedOpt(exchange='auto')`: tables whose gradients (and a count a row) fit here cross ranks whole
 
 if triton is not None:
     @triton.jit
@@ -398,12 +397,12 @@ class SparseEmbedOpt(Optimizer):
         opt_func:Callable=ForeachLamb, # The fastai optimizer of the dense parameters, whose hyper-parameters the tables share
         rule:str='lazy-adam', # The tables' step: 'adagrad', 'rowwise-adagrad' or 'lazy-adam'
         lr_mult:float=1., # The tables' learning rate over the dense parameters'
-        exchange:str='auto', # Across ranks: 'rows' (the touched rows), 'whole' (every row, one all-reduce, no host sync), 'auto': 'whole'
-                             # for tables whose gradients take at most `WHOLE_EXCHANGE_BYTES`
+        exchange:str='rows', # Across ranks: 'rows' (the rows each rank touched, one host sync), 'whole' (every row's gradient in one
+                             # all-reduce, no host sync: for small tables on GPUs joined by fast links)
         **kwargs # Passed to `opt_func`
     ):
         if rule not in SPARSE_RULES: raise ValueError(f"`rule` must be one of {', '.join(SPARSE_RULES)}, not {rule!r}")
-        if exchange not in ('auto', 'rows', 'whole'): raise ValueError(f"`exchange` must be 'auto', 'rows' or 'whole', not {exchange!r}")
+        if exchange not in ('rows', 'whole'): raise ValueError(f"`exchange` must be 'rows' or 'whole', not {exchange!r}")
         self.dense,self.rule,self.lr_mult,self.exchange = opt_func(params, lr=lr, **kwargs),rule,lr_mult,exchange
 
     # one set of groups, hyper-parameters (fastai's schedules set them here) and state: the dense optimizer's
@@ -444,13 +443,8 @@ class SparseEmbedOpt(Optimizer):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
             else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
             ids.append(i); vals.append(v.to(b.dtype).contiguous())
-        if distributed(): ids,vals = (self._whole_rows if self._whole(groups) else self._ranks_rows)(ids, vals, starts, groups)
+        if distributed(): ids,vals = (self._whole_rows if self.exchange == 'whole' else self._ranks_rows)(ids, vals, starts, groups)
         return self._rows_of(ids, vals, starts, groups, distributed())
-
-    def _whole(self, groups)->bool:
-        "Whether `groups`' gradients cross the ranks whole (`_whole_rows`): `exchange`, 'auto' by their size"
-        nbytes = sum(4*(len(b)+1)*(b.shape[1]+1) for b,_ in groups)
-        return self.exchange == 'whole' or (self.exchange == 'auto' and nbytes <= WHOLE_EXCHANGE_BYTES)
 
     def _local_sums(self, ids, vals, starts, groups):
         "(rows, un, most, sums): this rank's lookups summed by touched row, ÷ the ranks (DDP's mean: divided, then added over the ranks)"
