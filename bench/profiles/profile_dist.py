@@ -16,6 +16,7 @@ p.add_argument('--prof', type=int, default=8)
 p.add_argument('--top', type=int, default=25)
 p.add_argument('--timeline', action='store_true', help="instead: each training batch's host time over the whole fit: the first batch's wait and the stalls")
 p.add_argument('--events', action='store_true', help="also: the seconds of each callback's fit-level events on each rank (what the fit spends outside its batches)")
+p.add_argument('--links', action='store_true', help="first: the ranks' all-reduce and all-gather bandwidth (16, 64, 256 MB), printed by rank 0")
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' (fgt-train's) or 'cudf'")
 a, rest = p.parse_known_args()
@@ -121,6 +122,26 @@ _fit_step = T.fit_step
 def fit_step(learn, epochs, lr, cbs, *args, **kwargs): return _fit_step(learn, epochs, lr, cbs + [Timeline() if a.timeline else Marks()], *args, **kwargs)
 T.fit_step = fit_step
 
+def links():
+    "NCCL's (gloo's) all-reduce and all-gather of 16, 64, 256 MB between the ranks: ms and bus bandwidth (nccl-tests' rule)"
+    import torch.distributed as dist
+    from accelerate import PartialState
+    state = PartialState(cpu=not CUDA); r, w = rank_world()
+    if w < 2: return
+    dev = state.device
+    for mb in (16, 64, 256):
+        x = torch.ones(mb * 2**18, device=dev); out = torch.empty(w * len(x), device=dev)
+        for name, f, bus in (('all_reduce', lambda: dist.all_reduce(x), 2 * (w - 1) / w),
+                             ('all_gather', lambda: dist.all_gather_into_tensor(out, x), (w - 1))):
+            for _ in range(3): f()
+            if CUDA: torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(10): f()
+            if CUDA: torch.cuda.synchronize()
+            ms = (time.perf_counter() - t) / 10 * 1e3
+            if r == 0: print(f"links: {name} {mb} MB on {w} ranks {ms:.3f} ms, bus {mb * 2**20 * bus / ms / 1e6:.1f} GB/s", flush=True)
+
 if __name__ == '__main__':
+    if a.links: links()
     sys.argv = [sys.argv[0]] + rest
     T.main()
