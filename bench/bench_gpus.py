@@ -1,5 +1,7 @@
 """`fgt-train` on 1, 2, 4 ... GPUs of one machine, as a user launches it: one epoch from a processed folder each, the training
-rows/s of all GPUs together against one GPU's in the same run, the wall time of each launch, its phases and AUC.
+rows/s of all GPUs together against one GPU's in the same round, the wall time of each launch, its phases and AUC. In round 1
+each launch compiles Triton's kernels as a first run on a machine does (an empty `TRITON_CACHE_DIR` of its own; the folder's
+pages stay in the OS cache after the first); `--rounds 2` adds a warm round.
 
     python bench/bench_gpus.py --data <processed folder> --gpus 1 2 4 -- --bs 65536
 
@@ -27,7 +29,8 @@ for rnd in range(1, a.rounds+1):
                'no', '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) + ['-m', 'fastai_gpu_tabular.train', '--data', a.data,
                '--epochs', '1', '--overwrite', '--out', str(out), *rest]
         print(' '.join(cmd[3:]), flush=True)
-        t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=env); wall = time.perf_counter() - t0
+        cache = tmp/f'triton{n}'  # each count's own: round 1 compiles for every count alike, later rounds reuse it
+        t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=dict(env, TRITON_CACHE_DIR=str(cache))); wall = time.perf_counter() - t0
         m = json.loads((out/'metrics.json').read_text())
         rows.append(dict(round=rnd, gpus=n, train_rows_s=m['train_rows_s'], wall_s=wall, train_s=m['phases_s']['train'],
                          auc=m.get('roc_auc_score'), cuda_graph=m['cuda_graph'], phases_s=m['phases_s']))
