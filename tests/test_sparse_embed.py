@@ -276,3 +276,9 @@ def test_cuda_graph_takes_back_a_forward_left_by_a_fit_cut_short():
     learn.model.forward = old._forward  # what a graphed fit that an exception cut short leaves on a GPU
     with learn.no_bar(): learn.fit(1, cbs=CudaGraph())
     assert 'forward' not in learn.model.__dict__ and len(learn.recorder.values) == 1
+
+def test_sparse_embed_opt_names_a_wrong_rule_or_exchange():
+    p = [torch.nn.Parameter(torch.zeros(4, 2))]
+    with pytest.raises(ValueError, match="`exchange` must be 'rows' or 'whole', not 'all'"): SparseEmbedOpt(p, 1e-2, exchange='all')
+    with pytest.raises(ValueError, match="`rule` must be one of"): SparseEmbedOpt(p, 1e-2, rule='sgd')
+    assert SparseEmbedOpt(p, 1e-2).exchange == 'rows'  # the default: the touched rows (`whole` was slower on 2 H200s)
