@@ -336,7 +336,7 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
 # %% ../nbs/08_train.ipynb #afab2bc0
 SPARSE_MIN_PARAMS = 2**24  # embedding parameters (by fastai's widths) from which the tables are row-sparse and 16 wide by default
 SPARSE_LR = 1e-2  # the maximum learning rate of a run with row-sparse tables given none (`lr_find`'s valley: 2.75e-4, under the baseline)
-GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which one GPU replays CUDA graphs by default: they pay their capture
+GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which GPUs replay CUDA graphs by default: they pay their capture
 
 def table_params(to, emb_dim:str|None, layers:str, n_out:int)->tuple:
     "(parameters in the embedding tables, parameters in all) of `to`'s model with fastai's widths (`emb_dim` overriding), estimated"
