@@ -1037,5 +1037,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                      'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.target_range': ( 'train.html#target_range',
                                                                                      'fastai_gpu_tabular/train.py'),
-                                          'fastai_gpu_tabular.train.warn_unseen': ( 'train.html#warn_unseen',
+                                          'fastai_gpu_tabular.train.warn_unseen': ('train.html#warn_unseen', 'fastai_gpu_tabular/train.py'),
+                                          'fastai_gpu_tabular.train.without_ddp': ( 'train.html#without_ddp',
                                                                                     'fastai_gpu_tabular/train.py')}}}

@@ -26,8 +26,8 @@ from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 __all__ = ['RUN_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH_MIN_ROWS', 'TrainTimer', 'Phases', 'KeepBest',
            'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'parse_layers',
            'check_args', 'finished', 'run_lock', 'claim_out', 'run_settings', 'check_run', 'check_processed_names',
-           'read_step', 'table_params', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory',
-           'fit_step', 'report_step', 'main', 'predict', 'warn_unseen', 'predict_cli']
+           'read_step', 'table_params', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step',
+           'model_memory', 'fit_step', 'report_step', 'main', 'predict', 'warn_unseen', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -345,6 +345,10 @@ def table_params(to, emb_dim:str|None, layers:str, n_out:int)->tuple:
     emb,sizes = sum(len(to.classes[n])*w[n] for n in names),[sum(w.values()) + len(to.cont_names), *parse_layers(layers), n_out]
     return emb, emb + sum(a*b for a,b in zip(sizes[:-1], sizes[1:]))
 
+def without_ddp(world:int, emb_opt:str, sync_bn:bool)->bool:
+    "Whether each process trains the model itself, not DDP's (one process, or row-sparse tables without `sync_bn`): CUDA graphs can"
+    return world == 1 or (emb_opt != 'dense' and not sync_bn)
+
 def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:int, layers:str, emb_dim:str|None, fastai_model:bool,
                     emb_opt:str, emb_rule:str, precision:str, cuda_graph:str, sync_bn:bool=False)->dict:
     """The settings left 'auto', chosen from the data and the device: row-sparse tables 16 wide (`emb_opt` 'rowwise-adagrad', `emb_rule`
@@ -362,7 +366,7 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
         on = 'a GPU with bf16' if bf16 else torch.device(device).type
         res['precision'] = ('bf16' if bf16 else 'fp32', f"{bs*world:,} rows a step on {on}")
     if cuda_graph == 'auto':
-        packed = world == 1 or (res['emb_opt'][0] if 'emb_opt' in res else emb_opt) != 'dense' and not sync_bn  # no DDP: graphs
+        packed = without_ddp(world, res['emb_opt'][0] if 'emb_opt' in res else emb_opt, sync_bn)
         on = cuda and packed and rows*epochs >= GRAPH_MIN_ROWS
         res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}{'' if packed else ' under DDP'}, "
                                  f"{rows*epochs:,} rows to train")
@@ -526,7 +530,7 @@ def main(
         pick = lambda k, v: chosen[k][0] if k in chosen else v
         emb_opt,emb_rule,precision,cuda_graph = (pick('emb_opt', emb_opt), pick('emb_rule', emb_rule), pick('precision', precision),
                                                  pick('cuda_graph', cuda_graph))
-        if cuda_graph and world > 1 and (emb_opt == 'dense' or sync_bn):
+        if cuda_graph and not without_ddp(world, emb_opt, sync_bn):
             warn(f"`cuda_graph` on {world} processes needs row-sparse tables (`emb_opt`) and no `sync_bn`: DDP's hooks run in the "
                  "backward, which a graph cannot capture; training without"); cuda_graph = False
         args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision)  # run.json: what the run trains with

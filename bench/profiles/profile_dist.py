@@ -83,38 +83,18 @@ class Timeline(Callback):
         (log / f'timeline{r}_of{w}.json').write_text(json.dumps(res))
         print(f"rank {r} of {w}: " + ', '.join(f'{k} {v:.2f}' if isinstance(v, float) else f'{k} {v}' for k, v in res.items()), flush=True)
 
+def default(cls, key, value):
+    "`cls(...)` called with `key=value`: fgt-train's optimizer and loaders built with the setting under test"
+    init = cls.__init__
+    def patched(self, *args, **kw): kw[key] = value; init(self, *args, **kw)
+    cls.__init__ = patched
+
 if a.exchange:
     import fastai_gpu_tabular.optimizer as O
-    _oinit = O.SparseEmbedOpt.__init__
-    def oinit(self, *args, **kw): kw['exchange'] = a.exchange; _oinit(self, *args, **kw)
-    O.SparseEmbedOpt.__init__ = oinit
-
+    default(O.SparseEmbedOpt, 'exchange', a.exchange)
 if a.reader:
     import fastai_gpu_tabular.stream as S
-    _init = S.ParquetDataLoader.__init__
-    def init(self, *args, **kw): kw['reader'] = a.reader; _init(self, *args, **kw)
-    S.ParquetDataLoader.__init__ = init
-
-if a.events:  # every callback's fit-level events timed (fastai calls `cb(event)`), the GPU's queue drained first
-    FIT_EVENTS = {'before_fit', 'before_epoch', 'before_train', 'after_train', 'before_validate', 'after_validate', 'after_epoch', 'after_fit'}
-    _call, spent = Callback.__call__, defaultdict(float)
-    def timed(self, name):
-        if name not in FIT_EVENTS: return _call(self, name)
-        if CUDA: torch.cuda.synchronize()
-        t = time.perf_counter()
-        try: return _call(self, name)
-        finally:
-            if CUDA: torch.cuda.synchronize()
-            spent[f'{type(self).__name__}.{name}'] += time.perf_counter() - t
-    Callback.__call__ = timed
-    import atexit
-    def report_events():
-        r, w = rank_world()
-        top = sorted(spent.items(), key=lambda kv: -kv[1])
-        line = f"rank {r} of {w} events: " + ', '.join(f'{k} {v:.2f}' for k, v in top if v >= 0.01)
-        print(line, flush=True)
-        log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'events{r}_of{w}.txt').write_text(line)
-    atexit.register(report_events)
+    default(S.ParquetDataLoader, 'reader', a.reader)
 
 for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
 
