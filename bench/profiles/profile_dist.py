@@ -16,6 +16,7 @@ p.add_argument('--prof', type=int, default=8)
 p.add_argument('--top', type=int, default=25)
 p.add_argument('--timeline', action='store_true', help="instead: each training batch's host time over the whole fit: the first batch's wait and the stalls")
 p.add_argument('--events', action='store_true', help="also: the seconds of each callback's fit-level events on each rank (what the fit spends outside its batches)")
+p.add_argument('--trace', action='store_true', help="also: the profiled batches' chrome trace, `trace<r>_of<w>.json` in `--log` (each stream's kernels and gaps)")
 p.add_argument('--links', action='store_true', help="first: the ranks' all-reduce and all-gather bandwidth (16, 64, 256 MB), printed by rank 0")
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' (fgt-train's) or 'cudf'")
@@ -64,6 +65,7 @@ class Marks(Callback):
         log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
         (log / f'rank{r}_of{w}.txt').write_text('\n'.join(lines))
         (log / f'rank{r}_of{w}.json').write_text(json.dumps(res, indent=1))
+        if a.trace: self.prof.export_chrome_trace(str(log / f'trace{r}_of{w}.json'))
         print(lines[0], *lines[1:len(res['segments']) + 1], sep='\n', flush=True)
 class Timeline(Callback):
     "The host time of every training batch's start: the first batch's wait after `before_train`, then the gaps, the long ones summed"
