@@ -12,7 +12,7 @@ from fastai.learner import Learner
 from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
-from .comm import distributed, gather_rows, all_gather_cat
+from .comm import distributed, gather_rows, all_gather_cat, rank_world
 from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
@@ -321,6 +321,11 @@ def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     inv,b = torch.empty_like(seg).scatter_(0, perm, seg),seg[e[:-1]]
     return [torch.ops.aten.embedding_dense_backward(v, inv[e0:e1] - r0, m, -1, False) for v,e0,e1,r0,m in zip(vals, e, e[1:], b, most)]
 
+def _sums(lookups:tuple)->list:
+    "The lookups' gradients summed by row: `_sums_fused` where Triton can (float32 gradients on a GPU), else `_sums_torch`"
+    fused = triton is not None and lookups[0].is_cuda and all(v.dtype == torch.float32 for v in lookups[3])
+    return (_sums_fused if fused else _sums_torch)(*lookups)
+
 
 # %% ../nbs/06_optimizer.ipynb #f3c1d9a2
 _RULE_IDS = {'adagrad': 0, 'rowwise-adagrad': 1, 'lazy-adam': 2}
@@ -367,13 +372,12 @@ if triton is not None:
                 w = w + (-a1)*tl.div_rn(mo, tl.sqrt_rn(tl.div_rn(v, db2)) + eps)
             tl.store(w_ + off, w, mask=cm)
 
-def _rows_fused(rule:str, rows:Tensor, un:Tensor, lookups:tuple, parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float,
-                **_):
-    """Every width's step in one Triton kernel, after its gradients summed by row (`_sums_fused` of `lookups`): `parts` are (most
-    rows, first id, weights, gradients, state tensors, step) of each width, `rows` the touched rows in one id space, `un` each
-    width's first row in `rows` and count (on the device: the grid covers the most rows a width may have touched)"""
+def _rows_fused(rule:str, rows:Tensor, un:Tensor, parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float, **_):
+    """Every width's step in one Triton kernel: `parts` are (most rows, first id, weights, gradients summed by row, state tensors,
+    step) of each width, `rows` the touched rows in one id space, `un` each width's first row in `rows` and count (on the device:
+    the grid covers the most rows a width may have touched)"""
     meta,fl = [],[]
-    for (_,s0,w,_,sts,step),g in zip(parts, _sums_fused(*lookups)):
+    for _,s0,w,g,sts,step in parts:
         ptrs = [t.data_ptr() for t in sts] + [0]*(2-len(sts))
         meta += [s0, w.shape[1], w.data_ptr(), g.data_ptr(), *ptrs]
         fl += [lr/debias(mom, 1-mom, step), debias(sqr_mom, 1-sqr_mom, step)]
@@ -397,12 +401,13 @@ class SparseEmbedOpt(Optimizer):
         opt_func:Callable=ForeachLamb, # The fastai optimizer of the dense parameters, whose hyper-parameters the tables share
         rule:str='lazy-adam', # The tables' step: 'adagrad', 'rowwise-adagrad' or 'lazy-adam'
         lr_mult:float=1., # The tables' learning rate over the dense parameters'
-        exchange:str='rows', # Across ranks: 'rows' (the rows each rank touched, one host sync), 'whole' (every row's gradient in one
-                             # all-reduce, no host sync: for small tables on GPUs joined by fast links)
+        exchange:str='auto', # Across ranks: 'whole' (every row's gradient in one all-reduce: sizes fixed, no host sync), 'rows'
+                             # (the rows each rank touched: fewer bytes, one host sync), 'auto' ('whole' for tables of fewer rows
+                             # than the ranks' lookups a step, else 'rows')
         **kwargs # Passed to `opt_func`
     ):
         if rule not in SPARSE_RULES: raise ValueError(f"`rule` must be one of {', '.join(SPARSE_RULES)}, not {rule!r}")
-        if exchange not in ('rows', 'whole'): raise ValueError(f"`exchange` must be 'rows' or 'whole', not {exchange!r}")
+        if exchange not in ('auto', 'rows', 'whole'): raise ValueError(f"`exchange` must be 'auto', 'rows' or 'whole', not {exchange!r}")
         self.dense,self.rule,self.lr_mult,self.exchange = opt_func(params, lr=lr, **kwargs),rule,lr_mult,exchange
 
     # one set of groups, hyper-parameters (fastai's schedules set them here) and state: the dense optimizer's
@@ -433,63 +438,66 @@ class SparseEmbedOpt(Optimizer):
         return c[1]
 
     def _touched(self, groups):
-        """(rows, un, starts, lookups): the touched rows of all `groups` (`row_groups`) in one id space (group `k`'s from `starts[k]`),
-        sorted, unique and padded to the lookups' count, group `k`'s at `rows[un[k,0]:un[k,0]+un[k,1]]`; `lookups` for the sums
-        by row (`_sums_fused`, `_sums_torch`). Shapes follow the most rows the lookups can touch (a table's rows or its lookups,
-        the fewer), not the rows touched, and `un` stays on the device: no host synchronisation (but across ranks)"""
+        """(rows, un, starts, sums): the touched rows of all `groups` (`row_groups`) in one id space (group `k`'s from `starts[k]`),
+        sorted, unique and padded, group `k`'s at `rows[un[k,0]:un[k,0]+un[k,1]]`, and each group's gradients summed by row, its
+        touched rows' first (across ranks DDP's mean). Shapes follow the most rows the lookups can touch (a table's rows or its
+        lookups, the fewer), not the rows touched, and `un` stays on the device: no host synchronisation (but the exchange 'rows')"""
         starts = np.cumsum([0] + [len(b) for b,_ in groups]).tolist()  # each group's first id
         ids,vals = [],[]
         for (b,ms),s in zip(groups, starts):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
             else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
             ids.append(i); vals.append(v.to(b.dtype).contiguous())
-        if distributed(): ids,vals = (self._whole_rows if self.exchange == 'whole' else self._ranks_rows)(ids, vals, starts, groups)
-        return self._rows_of(ids, vals, starts, groups, distributed())
+        if (ex := self._exchange(groups, vals)) == 'whole': return self._whole_rows(ids, vals, starts, groups)
+        if distributed(): ids,vals = self._ranks_rows(ids, vals, starts, groups)
+        rows,un,lookups = self._rows_of(ids, vals, starts, groups, distributed())
+        return rows,un,starts,_sums(lookups)
 
-    def _local_sums(self, ids, vals, starts, groups):
-        "(rows, un, most, sums): this rank's lookups summed by touched row, ÷ the ranks (DDP's mean: divided, then added over the ranks)"
-        rows,un,_,lookups = self._rows_of(ids, vals, starts, groups, False)
-        sums = (_sums_fused if triton is not None and rows.is_cuda else _sums_torch)(*lookups)
-        return rows,un,lookups[4],[s.mul_(1/num_distrib()) for s in sums]
+    def _exchange(self, groups, vals):
+        """How the lookups are summed by row and exchanged across ranks, 'auto' decided at the first step, the same on every rank:
+        'whole' where the tables' rows are no more than the ranks' lookups (a buffer of the tables' size costs less than sorting
+        the lookups, and its all-reduce moves no more than the touched rows padded to the lookups would)"""
+        if self.exchange != 'auto': return self.exchange
+        if (ex := self.__dict__.get('_ex')) is None:
+            ex = self._ex = 'whole' if sum(len(b) for b,_ in groups) <= rank_world()[1]*sum(len(v) for v in vals) else 'rows'
+        return ex
 
     def _whole_rows(self, ids, vals, starts, groups):
-        """`_ranks_rows`' (ids, vals) from one all-reduce of every group's whole gradient, a count of the ranks that touched it beside each
-        row: sizes fixed by the tables, no host sync, so the host queues the next batch while the GPUs add"""
-        rows,un,most,sums = self._local_sums(ids, vals, starts, groups)
-        ns,ds,world = [len(b) for b,_ in groups],[s.shape[1] + 1 for s in sums],num_distrib()
-        flat = torch.zeros(sum((n+1)*d for n,d in zip(ns, ds)), device=rows.device)  # a last row a group: the sink of the padding
-        bufs = [f.view(n+1, d) for f,n,d in zip(flat.split([(n+1)*d for n,d in zip(ns, ds)]), ns, ds)]
-        for j,(buf,s,m,n) in enumerate(zip(bufs, sums, most, ns)):
-            k = torch.arange(m, device=rows.device)
-            r = torch.where(k < un[j,1], rows[(un[j,0] + k).clamp_(max=len(rows)-1)].long() - starts[j], n)
-            buf.index_copy_(0, r, torch.cat([s[:m].float(), s.new_ones(m, 1, dtype=torch.float32)], 1))
-        torch.distributed.all_reduce(flat)
-        ids,vals = [],[]
-        for buf,n,m,s0 in zip(bufs, ns, most, starts):
-            u = torch.nonzero_static(buf[:n, -1] > 0, size=min(n, world*m), fill_value=-1).squeeze(1)  # ascending, padded with -1
-            ok = u >= 0
-            u = torch.where(ok, u, u[0])  # the padding: the first touched row again with a zero gradient, which adds nothing to it
-            ids.append(u + s0); vals.append(buf[u, :-1] * ok[:, None])
-        return ids,vals
+        """`_touched`'s (rows, un, starts, sums) from every group's whole gradient (the lookups added by `index_add_`, deterministic
+        under `torch.use_deterministic_algorithms`) and a flag a touched row, over the ranks in one all-reduce: sizes fixed by the
+        tables, no sort, no host sync, so the host queues the next batch while the GPUs add. The rows touched read back with
+        `nonzero_static`, ascending as `_rows_of`'s"""
+        ns,ds,world,dev = [len(b) for b,_ in groups],[v.shape[1] for v in vals],rank_world()[1],vals[0].device
+        gd = [(n+1)*d for n,d in zip(ns, ds)]  # a last row a group that no lookup adds to: the padding's zeros
+        flat = torch.zeros(sum(gd) + sum(ns), device=dev)  # the gradients, then the flags
+        gs,fs = [g.view(-1, d) for g,d in zip(flat[:sum(gd)].split(gd), ds)],flat[sum(gd):].split(ns)
+        for g,f,i,v,s in zip(gs, fs, ids, vals, starts):
+            i = i - s if s else i
+            g.index_add_(0, i, v.float()); f.index_fill_(0, i, 1.)
+        if distributed(): torch.distributed.all_reduce(flat)
+        most = [min(n, world*len(v)) for n,v in zip(ns, vals)]
+        us = [torch.nonzero_static(f, size=m, fill_value=n).squeeze(1) for f,m,n in zip(fs, most, ns)]  # the rows touched, then n
+        un = torch.stack([_sent(np.cumsum([0] + most[:-1]).tolist(), torch.int64, dev), torch.stack([(f != 0).sum() for f in fs])], 1)
+        return torch.cat([u + s for u,s in zip(us, starts)]),un,starts,[g[u].mul_(1/world).to(v.dtype) for g,u,v in zip(gs, us, vals)]
 
     def _ranks_rows(self, ids, vals, starts, groups):
         """(ids, vals) of each group: the rows every rank's lookups touched and their gradients summed on that rank, ÷ the ranks (DDP's
         mean): this rank's lookups summed by row first (on click logs a tenth as many rows as lookups), then exchanged; one host sync"""
-        rows,un,_,sums = self._local_sums(ids, vals, starts, groups)
-        world,k = num_distrib(),len(groups)
+        rows,un,lookups = self._rows_of(ids, vals, starts, groups, False)
+        sums,world,k = [s.mul_(1/num_distrib()) for s in _sums(lookups)],num_distrib(),len(groups)
         with allowed_sync(): c = torch.cat([all_gather_cat(un[:,1].contiguous()[None]).view(-1), un[:,0]]).tolist()  # counts, firsts
         ns = [c[j:world*k:k] for j in range(k)]  # group `j`'s rows on each rank
         return [gather_rows(rows[r0:], n) for r0,n in zip(c[world*k:], ns)],[gather_rows(s, n) for s,n in zip(sums, ns)]
 
     def _rows_of(self, ids, vals, starts, groups, dist):
-        "(rows, un, starts, lookups) of the lookups `ids`, `vals` of `groups` (`_touched`'s); `dist`: every rank's"
+        "(rows, un, lookups) of the lookups `ids`, `vals` of `groups` (`_touched`'s; `lookups` for `_sums`); `dist`: every rank's"
         ids = torch.cat(ids)
         srt,perm = torch.sort(ids.int() if starts[-1] < 2**31 else ids)  # a 32-bit radix sort where the ids allow
         seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])  # each sorted lookup's place among the rows
         e = np.cumsum([0] + [len(v) for v in vals]).tolist()  # group `k`'s lookups, in `ids` and sorted alike (its ids: its range's)
         b = seg[_sent(e[:-1] + [x-1 for x in e[1:]], torch.int64, seg.device)].view(2, -1)
         most = [min(len(v), sum(min(len(p), len(v) if dist else p.grad._nnz()) for p,_ in ms)) for v,(_,ms) in zip(vals, groups)]
-        return torch.zeros_like(srt).scatter_(0, seg, srt),torch.stack([b[0], b[1] - b[0] + 1], 1),starts,(seg, perm, e, vals, most)
+        return torch.zeros_like(srt).scatter_(0, seg, srt),torch.stack([b[0], b[1] - b[0] + 1], 1),(seg, perm, e, vals, most)
 
     def _offsets(self, members, start):
         "Each entry's row offset in its group's id space: made once per shape of step (a tensor sent to the GPU each step would wait)"
@@ -508,16 +516,16 @@ class SparseEmbedOpt(Optimizer):
         fn,names = SPARSE_RULES[self.rule]
         lr,wd = h['lr']*self.lr_mult,h.get('wd', 0.)
         kw = dict(eps=h['eps'], mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
-        rows,un,starts,lookups = self._touched(groups)
+        rows,un,starts,sums = self._touched(groups)
         parts = []
-        for (base,members),v,m,s in zip(groups, lookups[3], lookups[4], starts):
+        for (base,members),g,s in zip(groups, sums, starts):
             bufs = {k: self._state_buf(base, members, k, sh) for k,sh in names.items()}
             step = self.state[members[0][0]].get('step', 0) + 1
             for p,_ in members: self.state[p]['step'] = step
-            parts.append((m, s, base, v, list(bufs.values()), step))
-        if _fusable(rows, parts): return _rows_fused(self.rule, rows, un, lookups, parts, lr, wd, **kw)
+            parts.append((len(g), s, base, g, list(bufs.values()), step))
+        if _fusable(rows, parts): return _rows_fused(self.rule, rows, un, parts, lr, wd, **kw)
         with allowed_sync(): un = un.tolist()  # the torch ops' slices (a GPU's only where the kernel cannot step these tables)
-        for (r0,n),(_,s,base,_,sts,step),g in zip(un, parts, _sums_torch(*lookups)):
+        for (r0,n),(_,s,base,g,sts,step) in zip(un, parts):
             r = (rows[r0:r0+n] - s).long()
             w = base[r]
             if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only

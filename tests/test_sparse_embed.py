@@ -234,18 +234,22 @@ def test_sparse_step_follows_tables_moved_between_steps():
     b(x, c).sum().backward(); opt.step()
     assert not torch.equal(b.embeds[0].weight[x[:, 0]], w0[x[:, 0]]) and opt._rg[1][0][0].data_ptr() == b.embeds[0].weight.data_ptr()
 
-def test_touched_rows_are_each_widths_unique_lookups_padded_to_the_lookups():
-    "`_touched`'s shapes follow the most rows a width's lookups can touch (no host sync on a GPU): its rows and sums, then padding"
+@pytest.mark.parametrize('exchange', ['rows', 'whole'])
+def test_touched_rows_are_each_widths_unique_lookups_padded_to_the_lookups(exchange):
+    """`_touched`'s shapes follow the most rows a width's lookups can touch (no host sync on a GPU): its rows and sums, then padding.
+    'rows' sorts the lookups (each table's rows or lookups, the fewer); 'whole' adds them into a buffer of the tables' size (the
+    width's rows or lookups, the fewer)"""
     _, b = pair()
-    opt = SparseEmbedOpt(list(b.parameters()), lr=0.1, opt_func=partial(Adam, wd=0.), rule='adagrad')
+    opt = SparseEmbedOpt(list(b.parameters()), lr=0.1, opt_func=partial(Adam, wd=0.), rule='adagrad', exchange=exchange)
     x, c = batch(bs=40)
     b(x, c).sum().backward()
     groups = row_groups([e.weight for e in b.embeds])
-    rows, un, starts, lookups = opt._touched(groups)
-    assert len(rows) == 40*len(SZS) and un.shape == (len(groups), 2)
-    for (base, ms), (r0, n), s, g in zip(groups, un.tolist(), starts, _sums_torch(*lookups)):
+    rows, un, starts, sums = opt._touched(groups)
+    most = [sum(min(len(p), 40) for p, _ in ms) if exchange == 'rows' else min(len(base), 40*len(ms)) for base, ms in groups]
+    assert len(rows) == (40*len(SZS) if exchange == 'rows' else sum(most)) and un.shape == (len(groups), 2)
+    for (base, ms), (r0, n), s, g, m in zip(groups, un.tolist(), starts, sums, most):
         ids = torch.cat([x[:, next(i for i, e in enumerate(b.embeds) if e.weight is p)] + a for p, a in ms])
-        assert torch.equal(rows[r0:r0+n] - s, torch.unique(ids)) and len(g) == sum(min(len(p), 40) for p, _ in ms)  # the most rows
+        assert torch.equal(rows[r0:r0+n] - s, torch.unique(ids)) and len(g) == m  # the most rows
         dense = torch.cat([p.grad.to_dense() for p, _ in ms])
         torch.testing.assert_close(g[:n], dense[torch.unique(ids)]); assert not g[n:].any()  # sums in another order
 
@@ -279,6 +283,15 @@ def test_cuda_graph_takes_back_a_forward_left_by_a_fit_cut_short():
 
 def test_sparse_embed_opt_names_a_wrong_rule_or_exchange():
     p = [torch.nn.Parameter(torch.zeros(4, 2))]
-    with pytest.raises(ValueError, match="`exchange` must be 'rows' or 'whole', not 'all'"): SparseEmbedOpt(p, 1e-2, exchange='all')
+    with pytest.raises(ValueError, match="`exchange` must be 'auto', 'rows' or 'whole', not 'all'"): SparseEmbedOpt(p, 1e-2, exchange='all')
     with pytest.raises(ValueError, match="`rule` must be one of"): SparseEmbedOpt(p, 1e-2, rule='sgd')
-    assert SparseEmbedOpt(p, 1e-2).exchange == 'rows'  # the default: the touched rows (`whole` was slower on 2 H200s)
+    assert SparseEmbedOpt(p, 1e-2).exchange == 'auto'
+
+def test_sparse_embed_opt_auto_exchange_is_whole_for_tables_no_larger_than_the_lookups():
+    "'auto': the whole gradient's all-reduce where the tables have no more rows than a step's lookups, decided once (same on every rank)"
+    p = [torch.nn.Parameter(torch.zeros(4, 2))]
+    small,big,look = [(torch.zeros(10, 2), [])],[(torch.zeros(13, 2), [])],[torch.zeros(12, 2)]
+    o = SparseEmbedOpt(p, 1e-2)
+    assert o._exchange(small, look) == 'whole' and o._exchange(big, look) == 'whole'  # the first step's choice stays
+    assert SparseEmbedOpt(p, 1e-2)._exchange(big, look) == 'rows'
+    assert SparseEmbedOpt(p, 1e-2, exchange='rows')._exchange(small, look) == 'rows'
