@@ -88,7 +88,7 @@ class CudaGraph(Callback):
         left = m.__dict__.get('forward')  # by a fit that an exception cut short (fastai runs no `after_fit` then)
         if isinstance(getattr(left, '__self__', None), CudaGraph): del m.forward  # taken for the model's, it would call itself
         ps = list(m.parameters())
-        self.graphs,self.seen,self.captures,self.replays = {},Counter(),0,0
+        self.graphs,self.seen,self.captures,self.replays,self.capture_s = {},Counter(),0,0,0.  # capture_s: the captures' host seconds
         self.active = bool(ps) and ps[0].is_cuda and not isinstance(m, DistributedDataParallel)
         if not self.active: return  # on the CPU, or under DDP (its hooks run in the backward): fastai's loop as it is
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
@@ -116,7 +116,9 @@ class CudaGraph(Callback):
                 or any(p.grad is not None and p.grad.is_sparse for p in self.params)): return self.fwd(*xs)
             if self.learn is not None: self.learn.pred = self.learn.loss = self.learn.loss_grad = None  # the last batch's autograd
             # graph freed: its parameters' `AccumulateGrad` nodes, made on the default stream, would otherwise add on it in the capture
+            t = time.perf_counter()
             c,self.captures = _Captured(self.fwd, self.params, xs),self.captures + 1
+            self.capture_s += time.perf_counter() - t
             self.graphs[k] = c
         self.replays += 1
         return _Replay.apply(c, self.anchor, *xs)

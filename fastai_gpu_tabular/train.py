@@ -566,7 +566,7 @@ def main(
                     device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, emb_rule=emb_rule, cuda_graph=bool(cuda_graph),
                     defaults={k: v for k,(v,_) in chosen.items()}, kept_epoch=getattr(keep, 'kept_epoch', None), epochs=epochs,
                     checkpoints=ckpt.n_saves,
-                    cuda_graph_replays=graph.replays if graph else None,
+                    cuda_graph_replays=graph.replays if graph else None, cuda_graph_capture_s=graph.capture_s if graph else None,
                     checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
         return learn
 

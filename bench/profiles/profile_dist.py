@@ -80,7 +80,8 @@ class Timeline(Callback):
         r, w = rank_world()
         res = dict(rank=r, world=w, batches=len(d), first_s=t[1] - t[0], total_s=t[-1] - t[0], median_ms=med, stalls=int(long.sum()),
                    stalls_s=float(d[long].sum() / 1e3), steady_s=float(d[~long].sum() / 1e3),
-                   biggest_ms={int(i): round(float(d[i]), 1) for i in sorted(np.argsort(d)[-8:])})  # batch: its wait
+                   biggest_ms={int(i): round(float(d[i]), 1) for i in sorted(np.argsort(d)[-8:])},  # batch: its wait
+                   capture_s=next((c.capture_s for c in self.learn.cbs if hasattr(c, 'capture_s')), None))  # `CudaGraph`'s captures
         log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
         (log / f'timeline{r}_of{w}.json').write_text(json.dumps(res))
         print(f"rank {r} of {w}: " + ', '.join(f'{k} {v:.2f}' if isinstance(v, float) else f'{k} {v}' for k, v in res.items()), flush=True)
