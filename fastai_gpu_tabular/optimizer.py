@@ -475,7 +475,7 @@ class SparseEmbedOpt(Optimizer):
             i = i - s if s else i
             g.index_add_(0, i, v.float()); f.index_fill_(0, i, 1.)
         if distributed(): torch.distributed.all_reduce(flat)
-        most = [min(n, world*len(v)) for n,v in zip(ns, vals)]
+        most = [n if distributed() else min(n, len(v)) for n,v in zip(ns, vals)]  # the union's most: the ranks' batches may differ
         us = [torch.nonzero_static(f, size=m, fill_value=n).squeeze(1) for f,m,n in zip(fs, most, ns)]  # the rows touched, then n
         un = torch.stack([_sent(np.cumsum([0] + most[:-1]).tolist(), torch.int64, dev), torch.stack([(f != 0).sum() for f in fs])], 1)
         return torch.cat([u + s for u,s in zip(us, starts)]),un,starts,[g[u].mul_(1/world).to(v.dtype) for g,u,v in zip(gs, us, vals)]

@@ -169,6 +169,20 @@ def check_plain(out, gpu=False):
     if gpu: assert [json.loads((out/f'nosync_rank{r}.json').read_text()) for r in (0, 1)] == [12, 12]  # no host sync a step
     for k,v in sds['rows'][0].items(): torch.testing.assert_close(sds['whole'][0][k], v, rtol=1e-5, atol=1e-6, msg=lambda m: f'{k}: {m}')
 
+def test_ranks_with_batches_of_different_sizes_step_the_tables_as_one_process(tmp_path):
+    """Rank 0 looks up 60 rows of a table and rank 1 10 others: with each exchange both ranks end with the tables and state that one
+    process reaches on both batches' mean loss (the whole exchange once kept only as many rows as this rank's lookups allowed)"""
+    launch(2, 'tests/dist_uneven_worker.py', tmp_path)
+    r = subprocess.run([sys.executable, 'tests/dist_uneven_worker.py', tmp_path, 'alone'], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for ex in ('whole', 'rows'):
+        one, (s0, s1) = torch.load(tmp_path/f'uneven_{ex}_alone.pt'), [torch.load(tmp_path/f'uneven_{ex}_rank{k}.pt') for k in (0, 1)]
+        assert one.keys() == s0.keys() == s1.keys() and 'grad_avg0' in one
+        for k in one:
+            assert torch.equal(s0[k], s1[k]), (ex, k)
+            torch.testing.assert_close(s0[k], one[k], rtol=1e-5, atol=1e-7, msg=lambda m: f'{ex} {k}: {m}')
+
 def test_packed_tables_train_without_ddp_alike_on_every_rank(tmp_path):
     "Packed row-sparse tables: no DDP wrapper; the dense gradients' mean and rank 0's BatchNorm buffers keep the ranks alike"
     launch(2, 'tests/dist_plain_worker.py', tmp_path)
