@@ -181,14 +181,18 @@ class ForeachLamb(Optimizer):
 
 # %% ../nbs/06_optimizer.ipynb #fc5c5e74
 class ExcludeEmbeddings(Callback):
-    "Step `nn.Embedding` and `nn.EmbeddingBag` parameters without LAMB's trust ratio (`ForeachLamb`'s `layer_adapt` state)"
-    def __init__(self): super().__init__()  # no arguments (the docs would show `Callback`'s event keywords)
+    """Step `nn.Embedding` and `nn.EmbeddingBag` parameters, and with `biases` every 1-D one, without LAMB's trust ratio
+    (`ForeachLamb`'s `layer_adapt` state)"""
+    def __init__(self,
+        biases:bool=True, # Biases and BatchNorm's weights too (as the LAMB paper's BERT runs leave out biases and LayerNorm): a bias
+                          # that starts at 0 otherwise grows by the ratio of its own size, too slowly for runs of few large batches
+    ): super().__init__(); self.biases = biases
     def before_fit(self):
         if not isinstance(getattr(self.opt, 'dense', self.opt), ForeachLamb):  # `SparseEmbedOpt`: its dense optimizer
             raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")
-        for m in self.model.modules():
-            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
-                for p in m.parameters(): self.opt.state[p]['layer_adapt'] = False
+        emb = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for p in m.parameters()}
+        for p in self.model.parameters():
+            if id(p) in emb or (self.biases and p.ndim == 1): self.opt.state[p]['layer_adapt'] = False
 
 # %% ../nbs/06_optimizer.ipynb #a4d2e6f1
 def row_groups(ps:list)->list:
