@@ -1,0 +1,67 @@
+"""What `CudaGraph`'s capture costs and where (issue 54: 2-3 s a process in a one-epoch `fgt-train`, a third of its training
+phase): the first `--batches` training batches of a resident Criteo-shaped fit (fgt-train's click-log model: width 16, row-wise
+Adagrad, LAMB, bf16), each timed on the host with the GPU drained around it, and the capture batch split into its parts: the
+forward's capture, the backward's, each graph's first replay, the rest of the batch. No data to generate on disk: ~30 s.
+
+    python bench/profiles/profile_capture.py --rows 10000000 --bs 65536"""
+import argparse, time
+from functools import partial
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument('--rows', type=int, default=10_000_000)
+p.add_argument('--bs', type=int, default=65536)
+p.add_argument('--batches', type=int, default=8)
+p.add_argument('--width', type=int, default=16)
+a = p.parse_args()
+import torch
+from fastai.tabular.all import CategoryBlock, ProgressCallback, Callback, CancelFitException
+from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
+from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
+from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
+from fastai_gpu_tabular.learner import tabular_learner
+from fastai_gpu_tabular.optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt
+import fastai_gpu_tabular.graph as G
+
+parts = []  # (name, seconds) of the capture batch, the GPU drained before and after each
+def timed(name, f):
+    def g(*args, **kw):
+        torch.cuda.synchronize(); t = time.perf_counter()
+        res = f(*args, **kw)
+        torch.cuda.synchronize(); parts.append((name, time.perf_counter() - t))
+        return res
+    return g
+_capture, n_cap = G._capture, [0]
+def capture(g, pool, f):
+    n_cap[0] += 1
+    return timed(f"capture {'forward' if n_cap[0] % 2 else 'backward'}", _capture)(g, pool, f)
+G._capture = capture
+for k in ('forward', 'backward'):
+    f = getattr(G._Captured, k)
+    def first(self, *args, _f=f, _k=k):  # each graph's first replay, timed; later ones as they are
+        if getattr(self, f'_seen_{_k}', False): return _f(self, *args)
+        setattr(self, f'_seen_{_k}', True)
+        return timed(f'first replay {_k}', _f)(self, *args)
+    setattr(G._Captured, k, first)
+
+class Batches(Callback):
+    "Each training batch's host time, the GPU drained at its start and end; the fit stops after `a.batches`"
+    order = 100
+    def before_fit(self): self.ts = []
+    def before_batch(self):
+        if self.training: torch.cuda.synchronize(); self.t = time.perf_counter()
+    def after_batch(self):
+        if not self.training: return
+        torch.cuda.synchronize(); self.ts.append(time.perf_counter() - self.t)
+        if len(self.ts) == a.batches: raise CancelFitException()
+
+to = TabularGPU(synth_criteo(a.rows, cap=500_000, gpu=torch.cuda.is_available()), procs=[Categorify, FillMissing, Normalize],
+                splits=RandomRowSplit(0.2, 42), y_block=CategoryBlock(), **CRITEO_SCHEMA)
+graph, marks = G.CudaGraph(), Batches()
+learn = tabular_learner(to.dataloaders(bs=a.bs, seed=0), layers=[512, 256], emb_szs={n: a.width for n in to.cat_names},
+                        config=dict(sparse=True), opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule='rowwise-adagrad'),
+                        cbs=[ExcludeEmbeddings(), graph, marks])
+learn.remove_cb(ProgressCallback); learn.to_bf16()
+learn.fit(1, 1e-2)
+print(f"{torch.cuda.get_device_name()}: {a.rows:,} rows, bs {a.bs:,}; captures {graph.captures}, replays {graph.replays}, "
+      f"capture_s (host, not drained) {graph.capture_s:.3f}")
+print('batch  ms (GPU drained around each)'); print('\n'.join(f'{i:5d}  {t*1e3:9.1f}' for i, t in enumerate(marks.ts)))
+print('the capture batch:'); print('\n'.join(f'  {n:24s} {t*1e3:9.1f} ms' for n, t in parts))
