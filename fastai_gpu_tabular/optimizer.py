@@ -407,7 +407,7 @@ class SparseEmbedOpt(Optimizer):
         lr_mult:float=1., # The tables' learning rate over the dense parameters'
         exchange:str='auto', # Across ranks: 'whole' (every row's gradient in one all-reduce: sizes fixed, no host sync), 'rows'
                              # (the rows each rank touched: fewer bytes, one host sync), 'auto' ('whole' for tables of fewer rows
-                             # than the ranks' lookups a step, else 'rows')
+                             # than the ranks' lookups a step, else 'rows'; in one process the lookups sorted, as 'rows')
         **kwargs # Passed to `opt_func`
     ):
         if rule not in SPARSE_RULES: raise ValueError(f"`rule` must be one of {', '.join(SPARSE_RULES)}, not {rule!r}")
@@ -462,6 +462,7 @@ class SparseEmbedOpt(Optimizer):
         'whole' where the tables' rows are no more than the ranks' lookups (a buffer of the tables' size costs less than sorting
         the lookups, and its all-reduce moves no more than the touched rows padded to the lookups would)"""
         if self.exchange != 'auto': return self.exchange
+        if not distributed(): return 'rows'  # one GPU: sorting 1.7M lookups beat filling and reading back 1.6M rows (1.63 / 1.97 ms)
         if (ex := self.__dict__.get('_ex')) is None:
             ex = self._ex = 'whole' if sum(len(b) for b,_ in groups) <= rank_world()[1]*sum(len(v) for v in vals) else 'rows'
         return ex

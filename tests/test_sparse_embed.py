@@ -287,10 +287,14 @@ def test_sparse_embed_opt_names_a_wrong_rule_or_exchange():
     with pytest.raises(ValueError, match="`rule` must be one of"): SparseEmbedOpt(p, 1e-2, rule='sgd')
     assert SparseEmbedOpt(p, 1e-2).exchange == 'auto'
 
-def test_sparse_embed_opt_auto_exchange_is_whole_for_tables_no_larger_than_the_lookups():
-    "'auto': the whole gradient's all-reduce where the tables have no more rows than a step's lookups, decided once (same on every rank)"
+def test_sparse_embed_opt_auto_exchange_is_whole_for_tables_no_larger_than_the_lookups(monkeypatch):
+    """'auto' across ranks: the whole gradient's all-reduce where the tables have no more rows than the ranks' lookups a step,
+    decided once (same on every rank); in one process the lookups sorted ('rows')"""
+    import fastai_gpu_tabular.optimizer as O
     p = [torch.nn.Parameter(torch.zeros(4, 2))]
-    small,big,look = [(torch.zeros(10, 2), [])],[(torch.zeros(13, 2), [])],[torch.zeros(12, 2)]
+    small,big,look = [(torch.zeros(20, 2), [])],[(torch.zeros(25, 2), [])],[torch.zeros(12, 2)]
+    assert SparseEmbedOpt(p, 1e-2)._exchange(small, look) == 'rows'
+    monkeypatch.setattr(O, 'distributed', lambda: True); monkeypatch.setattr(O, 'rank_world', lambda: (0, 2))
     o = SparseEmbedOpt(p, 1e-2)
     assert o._exchange(small, look) == 'whole' and o._exchange(big, look) == 'whole'  # the first step's choice stays
     assert SparseEmbedOpt(p, 1e-2)._exchange(big, look) == 'rows'
