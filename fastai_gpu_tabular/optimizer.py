@@ -452,7 +452,7 @@ class SparseEmbedOpt(Optimizer):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
             else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
             ids.append(i); vals.append(v.to(b.dtype).contiguous())
-        if (ex := self._exchange(groups, vals)) == 'whole': return self._whole_rows(ids, vals, starts, groups)
+        if self._exchange(groups, vals) == 'whole': return self._whole_rows(ids, vals, starts, groups)
         if distributed(): ids,vals = self._ranks_rows(ids, vals, starts, groups)
         rows,un,lookups = self._rows_of(ids, vals, starts, groups, distributed())
         return rows,un,starts,_sums(lookups)
