@@ -11,6 +11,8 @@ p.add_argument('--rows', type=int, default=10_000_000)
 p.add_argument('--bs', type=int, default=65536)
 p.add_argument('--batches', type=int, default=8)
 p.add_argument('--width', type=int, default=16)
+p.add_argument('--ops', type=int, default=25,
+               help="the first and the capture batch's host ops by self time, under torch's profiler (0: off)")
 a = p.parse_args()
 import torch
 from fastai.tabular.all import CategoryBlock, ProgressCallback, Callback, CancelFitException
@@ -45,12 +47,19 @@ for k in ('forward', 'backward'):
 class Batches(Callback):
     "Each training batch's host time, the GPU drained at its start and end; the fit stops after `a.batches`"
     order = 100
-    def before_fit(self): self.ts = []
+    def before_fit(self): self.ts,self.tables = [],[]
     def before_batch(self):
-        if self.training: torch.cuda.synchronize(); self.t = time.perf_counter()
+        if not self.training: return
+        if a.ops and len(self.ts) in (0, graph.warmup):  # the first batch and the capture batch
+            self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]); self.prof.__enter__()
+        torch.cuda.synchronize(); self.t = time.perf_counter()
     def after_batch(self):
         if not self.training: return
         torch.cuda.synchronize(); self.ts.append(time.perf_counter() - self.t)
+        if getattr(self, 'prof', None) is not None:
+            self.prof.__exit__(None, None, None)
+            self.tables.append(self.prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops, max_name_column_width=60))
+            self.prof = None
         if len(self.ts) == a.batches: raise CancelFitException()
 
 to = TabularGPU(synth_criteo(a.rows, cap=500_000, gpu=torch.cuda.is_available()), procs=[Categorify, FillMissing, Normalize],
@@ -65,3 +74,4 @@ print(f"{torch.cuda.get_device_name()}: {a.rows:,} rows, bs {a.bs:,}; captures {
       f"capture_s (host, not drained) {graph.capture_s:.3f}")
 print('batch  ms (GPU drained around each)'); print('\n'.join(f'{i:5d}  {t*1e3:9.1f}' for i, t in enumerate(marks.ts)))
 print('the capture batch:'); print('\n'.join(f'  {n:24s} {t*1e3:9.1f} ms' for n, t in parts))
+for n, t in zip(('the first batch', 'the capture batch'), marks.tables): print(f"{n}'s host ops (with the profiler's cost):\n{t}")
