@@ -33,10 +33,11 @@ for rnd in range(1, a.rounds+1):
         t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=dict(env, TRITON_CACHE_DIR=str(cache))); wall = time.perf_counter() - t0
         m = json.loads((out/'metrics.json').read_text())
         rows.append(dict(round=rnd, gpus=n, train_rows_s=m['train_rows_s'], wall_s=wall, train_s=m['phases_s']['train'],
-                         auc=m.get('roc_auc_score'), cuda_graph=m['cuda_graph'], phases_s=m['phases_s']))
+                         auc=m.get('roc_auc_score'), cuda_graph=m['cuda_graph'], phases_s=m['phases_s'],
+                         capture_s=m.get('cuda_graph_capture_s')))
 for r in rows:
     one = next(o['train_rows_s'] for o in rows if o['round'] == r['round'])  # the round's first count
     r.update(vs_first=r['train_rows_s']/one, wall_over_train=r['wall_s']/r['train_s'])
 for r in rows: r.update({k: round(v, 3) for k, v in r.items() if isinstance(v, float)})
-report(a.name, rows, ['round', 'gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph'],
+report(a.name, rows, ['round', 'gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph', 'capture_s'],
        dict(bench='gpus', data=a.data, args=rest))

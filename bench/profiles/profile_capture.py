@@ -2,9 +2,12 @@
 phase): the first `--batches` training batches of a resident Criteo-shaped fit (fgt-train's click-log model: width 16, row-wise
 Adagrad, LAMB, bf16), each timed on the host with the GPU drained around it, and the capture batch split into its parts: the
 forward's capture, the backward's, each graph's first replay, the rest of the batch. No data to generate on disk: ~30 s.
+With `--train`, the same parts in `fgt-train` (its arguments after `--`; under `accelerate launch` each rank prints its own),
+and the captures' host ops under torch's profiler.
 
-    python bench/profiles/profile_capture.py --rows 10000000 --bs 65536"""
-import argparse, time
+    python bench/profiles/profile_capture.py --rows 10000000 --bs 65536
+    python bench/profiles/profile_capture.py --train -- --data /tmp/crit_proc --epochs 1 --bs 65536 --out /tmp/run"""
+import argparse, os, sys, time
 from functools import partial
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument('--rows', type=int, default=10_000_000)
@@ -13,7 +16,8 @@ p.add_argument('--batches', type=int, default=8)
 p.add_argument('--width', type=int, default=16)
 p.add_argument('--ops', type=int, default=25,
                help="the first and the capture batch's host ops by self time, under torch's profiler (0: off)")
-a = p.parse_args()
+p.add_argument('--train', action='store_true', help="`fgt-train` with the arguments after `--` instead of the resident fit")
+a, rest = p.parse_known_args()
 import torch
 from fastai.tabular.all import CategoryBlock, ProgressCallback, Callback, CancelFitException
 from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
@@ -44,10 +48,28 @@ for k in ('forward', 'backward'):
         return timed(f'first replay {_k}', _f)(self, *args)
     setattr(G._Captured, k, first)
 
+def report(prefix=''):
+    print('\n'.join(f'{prefix}  {n:24s} {t*1e3:9.1f} ms' for n, t in parts))
+    print('\n'.join(f"{prefix}{n}'s host ops (with the profiler's cost):\n{t}" for n, t in tables))
+
+tables = []  # (name, torch profiler's table of host ops)
+if a.train:  # each capture's host ops, and fgt-train as its command line has it
+    init = G._Captured.__init__
+    def profiled(self, *args):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof: init(self, *args)
+        tables.append((f'capture {len(tables)+1}', prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops,
+                                                                              max_name_column_width=60)))
+    if a.ops: G._Captured.__init__ = profiled
+    from fastcore.script import anno_parser
+    from fastai_gpu_tabular.train import main
+    args = anno_parser(main).parse_args([r for r in rest if r != '--']).__dict__
+    main(**{k: v for k, v in args.items() if k not in ('pdb', 'xtra')})
+    report(f"[rank {os.environ.get('RANK', 0)}] "); sys.exit()
+
 class Batches(Callback):
     "Each training batch's host time, the GPU drained at its start and end; the fit stops after `a.batches`"
     order = 100
-    def before_fit(self): self.ts,self.tables = [],[]
+    def before_fit(self): self.ts = []
     def before_batch(self):
         if not self.training: return
         if a.ops and len(self.ts) in (0, graph.warmup):  # the first batch and the capture batch
@@ -58,7 +80,7 @@ class Batches(Callback):
         torch.cuda.synchronize(); self.ts.append(time.perf_counter() - self.t)
         if getattr(self, 'prof', None) is not None:
             self.prof.__exit__(None, None, None)
-            self.tables.append(self.prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops, max_name_column_width=60))
+            tables.append(('the first batch' if len(self.ts) == 1 else 'the capture batch', self.prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops, max_name_column_width=60)))
             self.prof = None
         if len(self.ts) == a.batches: raise CancelFitException()
 
@@ -73,5 +95,4 @@ learn.fit(1, 1e-2)
 print(f"{torch.cuda.get_device_name()}: {a.rows:,} rows, bs {a.bs:,}; captures {graph.captures}, replays {graph.replays}, "
       f"capture_s (host, not drained) {graph.capture_s:.3f}")
 print('batch  ms (GPU drained around each)'); print('\n'.join(f'{i:5d}  {t*1e3:9.1f}' for i, t in enumerate(marks.ts)))
-print('the capture batch:'); print('\n'.join(f'  {n:24s} {t*1e3:9.1f} ms' for n, t in parts))
-for n, t in zip(('the first batch', 'the capture batch'), marks.tables): print(f"{n}'s host ops (with the profiler's cost):\n{t}")
+print('the capture batch:'); report()
