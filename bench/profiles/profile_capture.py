@@ -17,6 +17,8 @@ p.add_argument('--width', type=int, default=16)
 p.add_argument('--ops', type=int, default=25,
                help="the first and the capture batch's host ops by self time, under torch's profiler (0: off)")
 p.add_argument('--train', action='store_true', help="`fgt-train` with the arguments after `--` instead of the resident fit")
+p.add_argument('--trace', default='', help="with --train: the first `--batches` training batches as they run (no drain), each's "
+               "host start, and torch's profiler over them (host and GPU), its chrome trace written to this folder")
 a, rest = p.parse_known_args()
 import torch
 from fastai.tabular.all import CategoryBlock, ProgressCallback, Callback, CancelFitException
@@ -39,8 +41,8 @@ _capture, n_cap = G._capture, [0]
 def capture(g, pool, f):
     n_cap[0] += 1
     return timed(f"capture {'forward' if n_cap[0] % 2 else 'backward'}", _capture)(g, pool, f)
-G._capture = capture
-for k in ('forward', 'backward'):
+if not a.trace: G._capture = capture
+for k in (() if a.trace else ('forward', 'backward')):
     f = getattr(G._Captured, k)
     def first(self, *args, _f=f, _k=k):  # each graph's first replay, timed; later ones as they are
         if getattr(self, f'_seen_{_k}', False): return _f(self, *args)
@@ -59,7 +61,25 @@ if a.train:  # each capture's host ops, and fgt-train as its command line has it
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof: init(self, *args)
         tables.append((f'capture {len(tables)+1}', prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops,
                                                                               max_name_column_width=60)))
-    if a.ops: G._Captured.__init__ = profiled
+    if a.ops and not a.trace: G._Captured.__init__ = profiled
+    if a.trace:  # the batches' starts, and the profiler from the first training batch to the end of the last of `a.batches`
+        from fastai.learner import Learner
+        one, starts, prof = Learner._do_one_batch, [], torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+        def traced(self):
+            if self.training and len(starts) <= a.batches:
+                if not starts: prof.__enter__()
+                starts.append(time.perf_counter())
+                if len(starts) > a.batches:
+                    prof.__exit__(None, None, None); r = os.environ.get('RANK', '0')
+                    os.makedirs(a.trace, exist_ok=True); prof.export_chrome_trace(f'{a.trace}/rank{r}.json')
+                    ka = prof.key_averages()
+                    for by in ('self_cpu_time_total', 'self_device_time_total'): tables.append((f'{a.batches} batches by {by}',
+                        ka.table(sort_by=by, row_limit=a.ops, max_name_column_width=60)))
+                    gaps = ' '.join(f'{(t1-t0)*1e3:.1f}' for t0, t1 in zip(starts, starts[1:]))
+                    tables.append(('the batches (host start to start, ms)', gaps))
+            return one(self)
+        Learner._do_one_batch = traced
     from fastcore.script import anno_parser
     from fastai_gpu_tabular.train import main
     args = anno_parser(main).parse_args([r for r in rest if r != '--']).__dict__
@@ -80,7 +100,8 @@ class Batches(Callback):
         torch.cuda.synchronize(); self.ts.append(time.perf_counter() - self.t)
         if getattr(self, 'prof', None) is not None:
             self.prof.__exit__(None, None, None)
-            tables.append(('the first batch' if len(self.ts) == 1 else 'the capture batch', self.prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops, max_name_column_width=60)))
+            tables.append(('the first batch' if len(self.ts) == 1 else 'the capture batch', self.prof.key_averages().table(
+                sort_by='self_cpu_time_total', row_limit=a.ops, max_name_column_width=60)))
             self.prof = None
         if len(self.ts) == a.batches: raise CancelFitException()
 
