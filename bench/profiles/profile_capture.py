@@ -3,10 +3,12 @@ phase): the first `--batches` training batches of a resident Criteo-shaped fit (
 Adagrad, LAMB, bf16), each timed on the host with the GPU drained around it, and the capture batch split into its parts: the
 forward's capture, the backward's, each graph's first replay, the rest of the batch. No data to generate on disk: ~30 s.
 With `--train`, the same parts in `fgt-train` (its arguments after `--`; under `accelerate launch` each rank prints its own),
-and the captures' host ops under torch's profiler.
+and the captures' host ops under torch's profiler; `--trace DIR` profiles the first batches as they run instead (host and GPU,
+a chrome trace a rank); `--no-drain` times each step of the capture as it runs (which call waits, and on what).
 
     python bench/profiles/profile_capture.py --rows 10000000 --bs 65536
-    python bench/profiles/profile_capture.py --train -- --data /tmp/crit_proc --epochs 1 --bs 65536 --out /tmp/run"""
+    python bench/profiles/profile_capture.py --train -- --data /tmp/crit_proc --epochs 1 --bs 65536 --out /tmp/run
+    python bench/profiles/profile_capture.py --train --no-drain -- --data /tmp/crit_proc --epochs 1 --bs 65536 --out /tmp/run"""
 import argparse, os, sys, time
 from functools import partial
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -19,6 +21,8 @@ p.add_argument('--ops', type=int, default=25,
 p.add_argument('--train', action='store_true', help="`fgt-train` with the arguments after `--` instead of the resident fit")
 p.add_argument('--trace', default='', help="with --train: the first `--batches` training batches as they run (no drain), each's "
                "host start, and torch's profiler over them (host and GPU), its chrome trace written to this folder")
+p.add_argument('--no-drain', action='store_true', help="the capture's steps timed on the host as they run, the GPU not drained "
+               "(whether the GPU was still busy when it began, too): which call waits")
 a, rest = p.parse_known_args()
 import torch
 from fastai.tabular.all import CategoryBlock, ProgressCallback, Callback, CancelFitException
@@ -41,8 +45,20 @@ _capture, n_cap = G._capture, [0]
 def capture(g, pool, f):
     n_cap[0] += 1
     return timed(f"capture {'forward' if n_cap[0] % 2 else 'backward'}", _capture)(g, pool, f)
-if not a.trace: G._capture = capture
-for k in (() if a.trace else ('forward', 'backward')):
+def host_capture(g, pool, f):
+    "`G._capture` step by step, each step's host time, nothing drained"
+    n_cap[0] += 1; w, cur, t = 'forward' if n_cap[0] % 2 else 'backward', torch.cuda.current_stream(), [time.perf_counter()]
+    busy = not cur.query()
+    s = torch.cuda.Stream(); s.wait_stream(cur); t.append(time.perf_counter())
+    with torch.cuda.stream(s):
+        g.capture_begin(pool=pool, capture_error_mode='thread_local'); t.append(time.perf_counter())
+        try: res = f(); t.append(time.perf_counter())
+        finally: g.capture_end(); t.append(time.perf_counter())
+    parts.extend((f"{w} {n}", t1 - t0) for n, t0, t1 in zip(
+        ('stream' + (' (the GPU busy)' if busy else ' (the GPU idle)'), 'capture_begin', 'record', 'capture_end'), t, t[1:]))
+    return res
+if not a.trace: G._capture = host_capture if a.no_drain else capture
+for k in (() if a.trace or a.no_drain else ('forward', 'backward')):
     f = getattr(G._Captured, k)
     def first(self, *args, _f=f, _k=k):  # each graph's first replay, timed; later ones as they are
         if getattr(self, f'_seen_{_k}', False): return _f(self, *args)
@@ -61,7 +77,11 @@ if a.train:  # each capture's host ops, and fgt-train as its command line has it
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof: init(self, *args)
         tables.append((f'capture {len(tables)+1}', prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=a.ops,
                                                                               max_name_column_width=60)))
-    if a.ops and not a.trace: G._Captured.__init__ = profiled
+    if a.ops and not a.trace and not a.no_drain: G._Captured.__init__ = profiled
+    if a.no_drain:
+        def whole(self, *args):
+            t = time.perf_counter(); init(self, *args); parts.append(('the capture in all (CudaGraph.capture_s)', time.perf_counter() - t))
+        G._Captured.__init__ = whole
     if a.trace:  # the batches' starts, and the profiler from the first training batch to the end of the last of `a.batches`
         from fastai.learner import Learner
         one, starts, prof = Learner._do_one_batch, [], torch.profiler.profile(
