@@ -34,9 +34,17 @@ def weights(out):
     return load_file(str(out/'model'/'model.safetensors'))
 
 def assert_same_weights(a, b, tol=1e-5):
+    "`assert_close` on every weight of runs `a` and `b`; a failure names every tensor that differs, with its largest difference"
     wa, wb = weights(a), weights(b)
     assert list(wa) == list(wb)
-    for k in wa: torch.testing.assert_close(wb[k].float(), wa[k].float(), rtol=tol, atol=tol, msg=lambda m: f'{k}: {m}')
+    bad = []
+    for k in wa:
+        x, y = wa[k].float(), wb[k].float()
+        if x.shape != y.shape: bad.append(f'{k}: shapes {tuple(x.shape)} and {tuple(y.shape)}'); continue
+        d, out = (y - x).abs().nan_to_num(nan=float("inf")), ~torch.isclose(y, x, rtol=tol, atol=tol)
+        if out.any(): bad.append(f'{k}: {int(out.sum())} of {x.numel()} elements beyond {tol:g}, largest difference {d.max():.3g} '
+                                 f'at {tuple(int(i) for i in torch.nonzero(d == d.max())[0])}')
+    assert not bad, 'weights differ:\n' + '\n'.join(bad)
 
 def test_two_ranks_shard_train_and_gather_validation_exactly(tmp_path):
     launch(2, 'tests/dist_worker.py', tmp_path)
