@@ -67,8 +67,9 @@ def test_two_ranks_shard_train_and_gather_validation_exactly(tmp_path):
     loss, auc = learn.validate()
     assert abs(auc - r0['auc']) < 1e-6 and abs(loss - r0['valid_loss']) < 1e-5, (auc, r0['auc'], loss, r0['valid_loss'])
 
-def test_two_ranks_at_half_batch_match_one_process(tmp_path):
-    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2)
+@pytest.mark.parametrize('opt', ['default', 'lamb'])  # LAMB: `ExcludeEmbeddings` leaves tables and 1-D parameters alike on every rank
+def test_two_ranks_at_half_batch_match_one_process(tmp_path, opt):
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2) + (('--opt', opt) if opt != 'default' else ())
     one = train(tmp_path, 'one', 1, '--bs', 600, *common)
     two = train(tmp_path, 'two', 2, '--bs', 300, *common)
     assert_same_weights(one, two)
