@@ -17,8 +17,8 @@ from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
 __all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'GPU_BLOCKSIZE', 'LIMIT_BLOCKS',
-           'synth_movielens', 'synth_criteo', 'movielens_sample', 'movielens_tabular', 'synth_tabular', 'read_data',
-           'parse_sizes', 'categorify', 'read_dask', 'main']
+           'CPU_BLOCKSIZE', 'synth_movielens', 'synth_criteo', 'movielens_sample', 'movielens_tabular', 'synth_tabular',
+           'read_data', 'parse_sizes', 'categorify', 'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -216,6 +216,7 @@ def categorify(freq_threshold:str|None=None, max_size:str|None=None, names:list=
 # %% ../nbs/03_data.ipynb #6f946626
 GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's memory (bench/NOTES.md: a partition costs ~0.2 s more)
 LIMIT_BLOCKS = 8  # and at most this share of a dask-cuda worker's device_memory_limit (1/8 1.66x 1/16, 1/4 spilled: bench/NOTES.md)
+CPU_BLOCKSIZE = 32 * 2**20  # on the CPU, row groups smaller than this merge (200 files of 10,000 rows: 31.2 s a row group each, 13.6 s)
 
 def _worker_blocksize(dask_worker)->int|None:
     """Bytes a default partition may hold on dask worker `dask_worker`: `GPU_BLOCKSIZE` of its GPU, at most 1/`LIMIT_BLOCKS` of its
@@ -232,12 +233,12 @@ def _gpu_blocksize()->float|int:
     return min(sizes, default=GPU_BLOCKSIZE)
 
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
-    """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default a row group a
-    partition on the CPU, on the GPU `_gpu_blocksize()` however many workers (halved for 2 workers, they took 17.4-18.0 s on 100M
-    Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit spilled to host and back: bench/NOTES.md;
-    `_read_parquet` makes it smaller for an even share of the rows on each worker)"""
-    if blocksize is None and not gpu: return dict(split_row_groups=True)
-    return dict(split_row_groups='adaptive', blocksize=blocksize if blocksize is not None else _gpu_blocksize(), aggregate_files=True)
+    """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default on the CPU
+    `CPU_BLOCKSIZE` (a larger row group a partition by itself), on the GPU `_gpu_blocksize()` however many workers (halved for 2
+    workers, they took 17.4-18.0 s on 100M Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit
+    spilled to host and back: bench/NOTES.md; `_read_parquet` makes it smaller for an even share of the rows on each worker)"""
+    if blocksize is None: blocksize = _gpu_blocksize() if gpu else CPU_BLOCKSIZE
+    return dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=True)
 
 def _busiest(rows:list, workers:int)->int:
     "Rows of the busiest of `workers` given partitions of `rows` rows, each (the largest first) to the least loaded"
@@ -275,9 +276,10 @@ def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
-    blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: a parquet row group each
-                                 # on the CPU; on the GPU 1/64 of its memory, at most 1/8 of a worker's device_memory_limit,
-                                 # smaller where that gives each worker thread an even share of the rows
+    blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: row groups merged
+                                 # up to `CPU_BLOCKSIZE` on the CPU (a larger one alone); on the GPU 1/64 of its memory, at most
+                                 # 1/8 of a worker's device_memory_limit, smaller where that gives each worker thread an even
+                                 # share of the rows
     **names # cat_names, cont_names, mh_names, y_names, as `read_data` takes them
 )->tuple:
     "(dask DataFrame, column names) of `data`, read partition by partition for files (the built-in data cut into 8 partitions)"
@@ -323,7 +325,7 @@ def main(
     max_size:str=None, # Keep at most this many ids a column, most frequent first (the rest: `#rare#`): a number, or 'name=N,...'
     split_out:int=1, # With `--dask`: merge the ids' counts in this many pieces (columns whose ids do not fit one worker at once)
     split_every:int=8, # With `--dask`: merge the partitions' statistics this many at a time (2: the least memory a merge holds)
-    blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: a row group each; 1/64 of a GPU's memory)
+    blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: 32 MiB on the CPU, 1/64 of a GPU)
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")

@@ -459,7 +459,7 @@ def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_de
         c.run(limit(dict(zip(ws, (int(0.8*total), 2_700_000_000)))))
         assert fd._parquet_parts(None, True)['blocksize'] == 2_700_000_000 // fd.LIMIT_BLOCKS
         assert fd._parquet_parts('1GB', True)['blocksize'] == '1GB'
-    assert fd._parquet_parts(None, False) == dict(split_row_groups=True)
+    assert fd._parquet_parts(None, False) == dict(split_row_groups='adaptive', blocksize=fd.CPU_BLOCKSIZE, aggregate_files=True)
 
 def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypatch, tmp_path):
     """A default GPU read on 2 workers (or 2 threads of one): the blocksize made smaller until the busiest worker thread holds its
@@ -504,17 +504,19 @@ def test_fgt_prep_with_dask_writes_what_it_writes_in_memory(client, flights, tmp
     flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)
     args = dict(cat_names='carrier,origin,dest', cont_names='distance,dep_delay', y_names='late', pass_names='flight', cpu=True)
     prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), **args)
-    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, split_out=3, split_every=2, **args)
+    # a row group a partition (any is over 1 KB): the merges of `split_out` and `split_every` see 8 partitions
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, split_out=3, split_every=2, blocksize='1KB', **args)
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
     for o in (dict(split_out=2), dict(split_every=2)):
         with pytest.raises(ValueError, match='--dask'): prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'x'), **o, **args)
-    # partitions of ~1 MB (row groups aggregated, across files too), written the same
+    # partitions of ~1 MB (row groups aggregated, across files too), written the same; by default small row groups merge
     (tmp_path/'two').mkdir()
     for f, rows in (('a', slice(None, 20_000)), ('b', slice(20_000, None))):
         flights.iloc[rows].to_parquet(tmp_path/'two'/f'{f}.parquet', row_group_size=2_000)
-    n = [read_dask(str(tmp_path/'two'), blocksize=b, cat_names='carrier', y_names='late')[0].npartitions for b in (None, '1MB')]
-    assert n[0] == len(flights) // 2_000 and 1 < n[1] < n[0], n
+    n = [read_dask(str(tmp_path/'two'), blocksize=b, cat_names='carrier', y_names='late')[0].npartitions for b in (None, '1KB', '1MB')]
+    assert n[0] == 1 and n[1] == len(flights) // 2_000 and 1 < n[2] < n[1], n
     prep(data=str(tmp_path/'two'), out=str(tmp_path/'mem2'), **args)
     prep(data=str(tmp_path/'two'), out=str(tmp_path/'dask2'), dask=True, blocksize='1MB', **args)
-    assert_same_output(tmp_path/'mem2', tmp_path/'dask2')
+    prep(data=str(tmp_path/'two'), out=str(tmp_path/'dask3'), dask=True, **args)  # the default: one partition of both files
+    for o in ('dask2', 'dask3'): assert_same_output(tmp_path/'mem2', tmp_path/o)
     with pytest.raises(ValueError, match='blocksize'): read_dask(str(tmp_path/'two'), blocksize='big', y_names='late')
