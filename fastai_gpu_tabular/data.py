@@ -232,13 +232,14 @@ def _gpu_blocksize()->float|int:
     sizes = [b for b in c.run(_worker_blocksize).values() if b] if (c := _client()) else []
     return min(sizes, default=GPU_BLOCKSIZE)
 
-def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False)->dict:
+def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False, alike:bool=True)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default on the CPU
     `CPU_BLOCKSIZE` (a larger row group a partition by itself), on the GPU `_gpu_blocksize()` however many workers (halved for 2
     workers, they took 17.4-18.0 s on 100M Criteo rows against 13.5-14.6 s; 1.3 GB partitions under a 2.7 GB device_memory_limit
-    spilled to host and back: bench/NOTES.md; `_read_parquet` makes it smaller for an even share of the rows on each worker)"""
+    spilled to host and back: bench/NOTES.md; `_read_parquet` makes it smaller for an even share of the rows on each worker).
+    Files merge into a partition only if `alike` (one schema: pyarrow reads no int32 file and int64 file as one table)"""
     if blocksize is None: blocksize = _gpu_blocksize() if gpu else CPU_BLOCKSIZE
-    return dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=True)
+    return dict(split_row_groups='adaptive', blocksize=blocksize, aggregate_files=alike)
 
 def _busiest(rows:list, workers:int)->int:
     "Rows of the busiest of `workers` given partitions of `rows` rows, each (the largest first) to the least loaded"
@@ -262,13 +263,13 @@ def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:fl
         blocksize = int(blocksize * sum(rows) / (workers * -(-(n+1) // workers)) / max(rows) * 1.02)  # a row group's rounding
     return best[1]
 
-def _read_parquet(data, blocksize:int|None=None, gpu:bool=False, **kwargs):
+def _read_parquet(data, blocksize:int|None=None, gpu:bool=False, alike:bool=True, **kwargs):
     """dask `read_parquet` of `data` in `_parquet_parts`; by default on a cluster of GPU workers of two or more threads in all,
     `_even_parts` for its threads: each works on a partition at once (3 partitions on a worker of 2 threads: one thread idle for the
     last partition's time)"""
     from .tabular_dask import _client
     lib = importlib.import_module('dask_cudf' if gpu else 'dask.dataframe')
-    read = lambda b: lib.read_parquet(data, **_parquet_parts(b, gpu), **kwargs)
+    read = lambda b: lib.read_parquet(data, **_parquet_parts(b, gpu, alike), **kwargs)
     w = sum(c.nthreads().values()) if gpu and blocksize is None and (c := _client()) else 1
     return read(blocksize) if w < 2 or isinstance(b := _gpu_blocksize(), float) else _even_parts(read, b, w)
 
@@ -297,7 +298,7 @@ def read_dask(
         if (files := parquet_files(data)) is None and not Path(data).exists(): raise FileNotFoundError(f"`data`: no file {data!r}")
         sch = parquet_schema(files := ifnone(files, [str(data)]), data)
         if not sch['rows']: raise ValueError(f"`data` {data!r}: no rows in its file(s): nothing to process")
-        ddf = _read_parquet(files, blocksize, gpu, **({} if gpu else dict(arrow_to_pandas=ints_exact(sch) or None)))
+        ddf = _read_parquet(files, blocksize, gpu, sch['same'], **({} if gpu else dict(arrow_to_pandas=ints_exact(sch) or None)))
         if casts := schema_casts(sch, dict(ddf.dtypes)): ddf = ddf.astype(casts)
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")

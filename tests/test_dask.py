@@ -460,6 +460,7 @@ def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_de
         assert fd._parquet_parts(None, True)['blocksize'] == 2_700_000_000 // fd.LIMIT_BLOCKS
         assert fd._parquet_parts('1GB', True)['blocksize'] == '1GB'
     assert fd._parquet_parts(None, False) == dict(split_row_groups='adaptive', blocksize=fd.CPU_BLOCKSIZE, aggregate_files=True)
+    assert fd._parquet_parts(None, True, alike=False)['aggregate_files'] is False  # files of two schemas: none merged
 
 def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypatch, tmp_path):
     """A default GPU read on 2 workers (or 2 threads of one): the blocksize made smaller until the busiest worker thread holds its
@@ -476,7 +477,7 @@ def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypat
     monkeypatch.setattr(torch.cuda, 'mem_get_info', lambda *a: (2**40, 2**40))  # the workers run in this process
     monkeypatch.setitem(sys.modules, 'dask_cudf', dd)  # a stand-in: dask's read_parquet partitions as dask_cudf's, on pandas
     reads, f = [], fd._parquet_parts
-    monkeypatch.setattr(fd, '_parquet_parts', lambda b, gpu: reads.append(b) or f(b, gpu))
+    monkeypatch.setattr(fd, '_parquet_parts', lambda b, gpu, alike=True: reads.append(b) or f(b, gpu, alike))
     lens = lambda d: d.map_partitions(len).compute().tolist()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, Client(cl) as c:
         c.run(lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=8 * 900_000)))
