@@ -109,10 +109,10 @@ def parquet_schema(files:list, where=None)->dict:
             raise ValueError(f"{f} has column(s) {', '.join(map(repr, more))}, which {first} has not: the files must have the same columns")
         for c,t in ts.items():
             a,b = _arrow_kind(types[c]),_arrow_kind(t)
+            same &= t == types[c]  # a column of nulls in one file is another schema too: pyarrow reads no two as one table
             if 'null' in (a, b): types[c] = t if a == 'null' else types[c]; continue
             if a != b or a not in ('integer', 'floating') and types[c] != t: raise ValueError(
                 f"column {c!r} is {t} in {f} but {types[c]} in {first}: write every file with one type for it")
-            same &= t == types[c]
             if a in ('integer', 'floating') and t.bit_width > types[c].bit_width: types[c] = t
     ints = sorted(c for c in nulls if c in types and pa.types.is_integer(types[c]))  # pandas would read them as float64 without metadata
     return dict(types=types, nullable_ints=ints, rows=rows, same=same)
