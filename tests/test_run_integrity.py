@@ -121,7 +121,8 @@ def test_06_mismatched_files_of_a_folder_are_refused_with_and_without_dask(tmp_p
     t = pa.Table.from_pandas(df.iloc[2_000:].drop(columns=['x']), preserve_index=False)
     pq.write_table(t.append_column('x', pa.nulls(len(t))).select(list(df.columns)), d/'b.parquet')
     prep(data=str(d), out=str(tmp_path/'n'), cpu=True, **C)
-    with pytest.raises(ValueError, match="column 'x' has different dtypes"): prep(data=str(d), out=str(tmp_path/'nd'), cpu=True, dask=True, **C)
+    with pytest.raises(ValueError, match="column 'x' has different dtypes"):
+        prep(data=str(d), out=str(tmp_path/'nd'), cpu=True, dask=True, **C)
 
 def test_07_a_diverged_run_stops_with_an_error_naming_epoch_and_batch(base, tmp_path):
     with pytest.raises(FloatingPointError, match=r'not finite .* from batch \d+ of epoch 0'):
