@@ -1,6 +1,6 @@
 """The billion-row click-log run (issue 31): Criteo-shaped rows generated on every GPU, `fgt-prep --dask` on a worker a GPU,
-one epoch of `fgt-train` in a process a GPU (`accelerate launch`), and the training's scaling: the same rows on 1 GPU
-and on all of them (`--stop-after`), the commands as a user types them.
+one epoch of `fgt-train` in a process a GPU (`accelerate launch`) at its defaults (`--train-flags` adds flags), and the
+training's scaling: the same rows on 1, 2, ... GPUs (`--stop-after`), the commands as a user types them.
 
     python bench/bench_billion.py --rows 1000000000 --raw /dev/shm/raw --dir /tmp/billion          # 2 x H200
     python bench/bench_billion.py --rows 1000000000 --steps scale --dir /tmp/billion               # the ratio alone
@@ -8,7 +8,8 @@ and on all of them (`--stop-after`), the commands as a user types them.
 
 Steps (`--steps`, in this order): gen (`synth_criteo(rank=, world_size=)`, one process a GPU, into `--raw`), prep (`fgt-prep
 --dask`; `--raw` deleted after it unless `--keep-raw`: the processed folder and the raw files together may not fit the
-disk), train (one epoch), scale (`--scale-batches` batches a process on all GPUs, twice as many... on one: the same rows).
+disk), train (one epoch), scale (`--scale-batches` batches a process on all GPUs, as many rows in all on each count of
+`--scale-gpus`: the first GPUs, by `CUDA_VISIBLE_DEVICES`).
 Each phase: wall seconds as the user waits (imports and cluster start included), rows/s, bytes read and written (the
 folders' sizes and the disks' counters), peak memory of every GPU (nvidia-smi, sampled every 0.5 s) and of the host (the
 phase's processes' resident memory, summed), and the run's own phases from its output. Written to results/`--name`.json."""
@@ -70,9 +71,8 @@ def launch(n, cpu):
             '--dynamo_backend', 'no', '--multi_gpu']
 
 def train_cmd(a, n, out, *extra):
-    return [*launch(n, a.cpu), '-m', 'fastai_gpu_tabular.train', '--data', Path(a.dir)/'processed', '--epochs', 1, '--precision', a.precision,
-            '--bs', a.bs, '--lr', a.lr, '--emb-rule', 'fixed', '--emb-dim', a.emb_dim, '--emb-opt', a.emb_opt, '--out', out,
-            *(['--cpu'] if a.cpu else []), *extra]
+    return [*launch(n, a.cpu), '-m', 'fastai_gpu_tabular.train', '--data', Path(a.dir)/'processed', '--epochs', 1, *a.train_flags.split(),
+            '--out', out, '--overwrite', *(['--cpu'] if a.cpu else []), *extra]
 
 def main():
     p = argparse.ArgumentParser()
@@ -83,12 +83,10 @@ def main():
     p.add_argument('--cap', type=int, default=None, help="most ids of a column (default: Criteo Kaggle's counts, up to 10.1M)")
     p.add_argument('--freq-threshold', type=int, default=15, help="fgt-prep's: ids seen fewer times in training are `#rare#`")
     p.add_argument('--file-rows', type=int, default=5_000_000)
-    p.add_argument('--bs', type=int, default=65536, help='rows a step of each process')
-    p.add_argument('--lr', type=float, default=0.01)
-    p.add_argument('--emb-dim', type=int, default=16)
-    p.add_argument('--emb-opt', default='rowwise-adagrad')
-    p.add_argument('--precision', default='bf16')
-    p.add_argument('--scale-batches', type=int, default=1500, help='scale: batches a process on all GPUs (twice... on one)')
+    p.add_argument('--train-flags', default='', help="fgt-train's flags besides --data, --epochs 1 and --out (default: none, its "
+                   "defaults), e.g. '--bs 65536 --lr 0.01 --emb-rule fixed --emb-dim 16 --emb-opt rowwise-adagrad --precision bf16'")
+    p.add_argument('--scale-batches', type=int, default=1000, help='scale: batches a process on all GPUs (as many rows on fewer)')
+    p.add_argument('--scale-gpus', default='', help='scale: counts of GPUs, e.g. 1,2,4 (default: 1 and all)')
     p.add_argument('--keep-raw', action='store_true')
     p.add_argument('--cpu', action='store_true', help='pandas, the CPU and 2 processes (a rehearsal of the commands)')
     p.add_argument('--name', default='billion')
@@ -103,8 +101,7 @@ def main():
     rows, log = [], open(d/'log.txt', 'a')
     res_file = ROOT/'bench'/'results'/f'{a.name}.json'
     if a.append and res_file.exists(): rows = json.loads(res_file.read_text())['rows']
-    meta = dict(bench='billion', n_rows=a.rows, gpus=gpus, cap=a.cap, freq_threshold=a.freq_threshold, bs=a.bs, lr=a.lr, emb_dim=a.emb_dim,
-                emb_opt=a.emb_opt, precision=a.precision, disk={str(x): shutil.disk_usage(x).total for x in {d, raw.parent} if x.exists()})
+    meta = dict(bench='billion', n_rows=a.rows, gpus=gpus, cap=a.cap, freq_threshold=a.freq_threshold, train_flags=a.train_flags, disk={str(x): shutil.disk_usage(x).total for x in {d, raw.parent} if x.exists()})
     def save(): report(a.name, rows, ['phase', 'seconds', 'rows_s', 'gpu_peak_GiB', 'host_rss_peak_GiB', 'read_GB', 'written_GB', 'vs_1_gpu'], meta)
     if 'gen' in steps:
         code = ("import sys; from fastai_gpu_tabular.data import synth_criteo; r,w = map(int, sys.argv[1:]); "
@@ -124,11 +121,12 @@ def main():
         save()
         if not a.keep_raw: shutil.rmtree(raw, ignore_errors=True)
     def train(name, n, out, *extra):
-        r, _ = phase(name, [train_cmd(a, n, out, *extra)], gpus, log)
+        env = None if a.cpu or n == world else [dict(os.environ, CUDA_VISIBLE_DEVICES=','.join(map(str, range(n))))]
+        r, _ = phase(name, [train_cmd(a, n, out, *extra)], gpus, log, env)
         m = json.loads((Path(out)/'metrics.json').read_text())
         r.update(rows_s=round(m['train_rows_s']), run_phases_s={k: round(v, 2) for k, v in m['phases_s'].items()},
                  auc=m.get('roc_auc_score'), processes=n, read_GB=round(folder_bytes(proc)/1e9, 2), written_GB=round(folder_bytes(out)/1e9, 2),
-                 params=m.get('model', {}).get('params'))
+                 params=m.get('model', {}).get('params'), **{k: m[k] for k in ('bs', 'lr', 'opt', 'precision', 'emb_opt', 'cuda_graph', 'cuda_graph_capture_s') if k in m})
         rows.append(r); save(); return r
     if 'train' in steps:
         r = train('fgt-train, 1 epoch', world, d/'run')
@@ -136,9 +134,11 @@ def main():
     if len(done) == 2:
         t = sum(x['seconds'] for x in done); meta['end_to_end'] = dict(seconds=round(t, 1), rows_s=round(a.rows/t)); save()
     if 'scale' in steps and world > 1:
-        one = train(f'fgt-train, {world*a.scale_batches} batches, 1 process', 1, d/'run1', '--stop-after', world*a.scale_batches)
-        all_ = train(f'fgt-train, {a.scale_batches} batches a process, {world} processes', world, d/'runw', '--stop-after', a.scale_batches)
-        all_['vs_1_gpu'] = round(all_['rows_s']/one['rows_s'], 3); save()
+        ns, one = [int(n) for n in a.scale_gpus.split(',')] if a.scale_gpus else [1, world], None
+        for n in ns:
+            b = world*a.scale_batches//n
+            r = train(f'fgt-train, {b} batches a process, {n} process(es)', n, d/f'run{n}', '--stop-after', b)
+            one = one or r; r['vs_1_gpu'] = round(r['rows_s']/one['rows_s'], 3); save()
     print(f'results: {res_file}', json.dumps(meta.get('end_to_end')), flush=True)
 
 if __name__ == '__main__': main()

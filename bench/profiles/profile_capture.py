@@ -4,7 +4,8 @@ Adagrad, LAMB, bf16), each timed on the host with the GPU drained around it, and
 forward's capture, the backward's, each graph's first replay, the rest of the batch. No data to generate on disk: ~30 s.
 With `--train`, the same parts in `fgt-train` (its arguments after `--`; under `accelerate launch` each rank prints its own),
 and the captures' host ops under torch's profiler; `--trace DIR` profiles the first batches as they run instead (host and GPU,
-a chrome trace a rank); `--no-drain` times each step of the capture as it runs (which call waits, and on what).
+a chrome trace a rank); `--no-drain` times each step of the capture as it runs (which call waits, and on what);
+`--switch-interval` shortens the GIL's (whether the wait is the GIL's).
 
     python bench/profiles/profile_capture.py --rows 10000000 --bs 65536
     python bench/profiles/profile_capture.py --train -- --data /tmp/crit_proc --epochs 1 --bs 65536 --out /tmp/run
@@ -23,7 +24,10 @@ p.add_argument('--trace', default='', help="with --train: the first `--batches` 
                "host start, and torch's profiler over them (host and GPU), its chrome trace written to this folder")
 p.add_argument('--no-drain', action='store_true', help="the capture's steps timed on the host as they run, the GPU not drained "
                "(whether the GPU was still busy when it began, too): which call waits")
+p.add_argument('--switch-interval', type=float, default=0, help="`sys.setswitchinterval` in seconds (0: Python's 5 ms): a capture "
+               "that waits less with a shorter one waited for the GIL (the loader's threads hold it)")
 a, rest = p.parse_known_args()
+if a.switch_interval: sys.setswitchinterval(a.switch_interval)
 import torch
 from fastai.tabular.all import CategoryBlock, ProgressCallback, Callback, CancelFitException
 from fastai_gpu_tabular.data import synth_criteo, CRITEO_SCHEMA
