@@ -123,7 +123,7 @@ def test_large_vocabularies_keep_their_values_and_rare_numbers_load_as_arrays(tm
     assert again.vocab == back.vocab and all(np.array_equal(again.rare[n], back.rare[n]) for n in rare)
 
 def test_pickled_vocabularies_are_lean_and_come_back_as_they_were():
-    "dask's workers get the procs pickled: numeric vocabularies go as arrays and come back the same lists (values and types)"
+    "dask's workers get the procs pickled: numeric vocabularies and rare ids go as arrays and come back the same lists (values, types)"
     vocab = dict(i=list(range(0, 60_000, 3)), s=[f'id{i:05d}' for i in range(500)], u=[2**63 + i for i in range(300)],
                  f=[.5*i for i in range(400)], b=[False, True], m=[True, 2, 3], e=[])
     rare = dict(i=np.array([1, 4]), s=['r'], u=[], f=[-1.5], b=[], m=[], e=[])
@@ -138,6 +138,8 @@ def test_pickled_vocabularies_are_lean_and_come_back_as_they_were():
     for n in vocab: assert back.vocab[n] == vocab[n] and [type(o) for o in back.vocab[n]] == [type(o) for o in vocab[n]], n
     assert {n: list(v) for n,v in back.classes.items()} == {n: list(v) for n,v in c.classes.items()}
     assert back.rare['s'] == ['r'] and back.rare['i'].tolist() == [1, 4] and enc(back) == before
+    assert isinstance(state['rare']['f'], np.ndarray) and state['rare']['s'] is rare['s']  # numeric rare ids go as arrays too
+    assert back.rare['f'] == [-1.5] and type(back.rare['f'][0]) is float and back.rare['u'] == []  # and come back lists
     assert before['i'][:3] == [1, 20001, 2] and before['u'][:2] == [1, 300]  # 20001: `#rare#`, after the 20,000 ids
     assert pickle.loads(pickle.dumps(Categorify(max_size=3))).max_size == 3  # not fitted: as it was
 
