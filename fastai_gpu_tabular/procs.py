@@ -130,8 +130,8 @@ class Categorify(_FaiCategorify):
 
     def _cached(self, n, packed=None, packed_rare=None)->tuple:
         """(`vocab[n]` as a numpy array if numeric (`packed`, an unpickled one, if given), its kinds: {is a string}, `rare[n]` as a
-        numpy array if numeric (`packed_rare`, if given)), made once per vocabulary (the plain lists are what is saved; the same arrays every partition let
-        `cat_codes` keep their copies on the GPU)"""
+        numpy array if numeric (`packed_rare`, if given)), made once per vocabulary (the plain lists are what is saved; the same
+        arrays every partition let `cat_codes` keep their copies on the GPU)"""
         c = self.__dict__.setdefault('_arrays', {})
         if n not in c or c[n][0] is not self.vocab[n] or c[n][1] is not self.rare[n]:
             arr = lambda v: a if (a := np.asarray(v)).dtype.kind in 'biuf' else v
@@ -143,7 +143,8 @@ class Categorify(_FaiCategorify):
     def _array(self, n): return self._cached(n)[0]
 
     def _packed(self, n, rare=False):
-        "`vocab[n]` (`rare[n]`) as its numpy array where that gives the list back (numbers of one type: its ends' type is the array's), else the list"
+        """`vocab[n]` (`rare[n]`) as its numpy array where that gives the list back (numbers of one type: its ends' type is the
+        array's), else the list"""
         v,a = (self.rare[n],self._cached(n)[2]) if rare else (self.vocab[n],self._array(n))
         return a if a is not v and all(np.asarray(e).dtype == a.dtype for e in (v[:1], v[-1:]) if len(e)) else v
 
