@@ -102,20 +102,22 @@ class _Shared:
     """`o` for every task of a pass on a cluster: pickled once into `folder` (which every worker of the pass writes to), loaded once
     by each worker process, by its first task that needs it. `Client.scatter(broadcast=True)` replicates through the scheduler: the
     procs of a billion click-log rows (24M rare ids, 265 MB pickled) had not reached 4 GPU workers after 6 minutes"""
-    _cache,_lock = {},threading.Lock()
     def __init__(self, o, folder):
         self.path = Path(folder)/f'.shared-{uuid.uuid4().hex[:8]}.pkl'
         with open(self.path, 'wb') as f: pickle.dump(o, f, protocol=pickle.HIGHEST_PROTOCOL)
     def __dask_tokenize__(self): return str(self.path)
     def get(self):
-        "The object, loaded from its file by this process's first call"
-        with _Shared._lock:
-            if (o := _Shared._cache.get(self.path)) is None:
-                _Shared._cache.clear()  # one at a time: an earlier pass's goes
-                with open(self.path, 'rb') as f: o = _Shared._cache[self.path] = pickle.load(f)
+        "The object, loaded from its file by the first task of this worker that asks (kept on the worker, which outlives the tasks)"
+        from distributed import get_worker
+        w = get_worker().__dict__
+        with w.setdefault('_fgt_shared_lock', threading.Lock()):
+            c = w.setdefault('_fgt_shared', {})
+            if (o := c.get(self.path)) is None:
+                c.clear()  # one at a time: an earlier pass's goes
+                with open(self.path, 'rb') as f: o = c[self.path] = pickle.load(f)
             return o
-    @staticmethod
-    def clear(): _Shared._cache.clear()
+
+def _forget_shared(dask_worker): dask_worker.__dict__.pop('_fgt_shared', None)
 
 @contextmanager
 def _shared(o, folder):
@@ -126,7 +128,7 @@ def _shared(o, folder):
     if (c := _client()) is None: yield delayed(o, traverse=False); return
     s = _Shared(o, folder)
     try: yield s
-    finally: s.path.unlink(missing_ok=True); c.run(_Shared.clear)
+    finally: s.path.unlink(missing_ok=True); c.run(_forget_shared)
 
 def _compute(*xs):
     "`dask.compute`, then each worker's torch cache emptied: 19.9 GB stayed cached after 100M Criteo rows' statistics pass"

@@ -435,12 +435,13 @@ def test_fitted_procs_reach_every_worker_before_the_write_pass(client, tmp_path)
     workers after 6 minutes; as a key of the graph dask ran them late, on one worker, which then sent every partition over"""
     from dask.delayed import Delayed
     from fastai_gpu_tabular.tabular_dask import _shared, _Shared
+    ws = list(client.scheduler_info()['workers'])
     with _shared([Categorify(), 2], tmp_path) as s:
         assert isinstance(s, _Shared) and s.path.parent == tmp_path and s.path.exists()
-        pids = client.run(lambda: (os.getpid(), s.get()[1], s.get() is s.get()))
-        assert len(pids) == 2 and all(v[1:] == (2, True) for v in pids.values())  # every worker, loaded once
-        assert all(client.run(lambda: s.path in _Shared._cache).values())
-    assert not s.path.exists() and not any(client.run(lambda: bool(_Shared._cache)).values())  # file and copies gone
+        got = client.gather([client.submit(lambda: (s.get()[1], s.get() is s.get()), workers=[w], pure=False) for w in ws])
+        assert got == [(2, True)] * 2  # every worker, loaded once
+        assert all(client.run(lambda dask_worker: s.path in dask_worker._fgt_shared).values())
+    assert not s.path.exists() and not any(client.run(lambda dask_worker: hasattr(dask_worker, '_fgt_shared')).values())  # gone
     with dask.config.set(scheduler='sync'), _shared([1], tmp_path) as d: assert isinstance(d, Delayed)  # a key of the graph
     assert list(tmp_path.iterdir()) == []
 
