@@ -47,14 +47,19 @@ class Monitor:
 
 def folder_bytes(p): return sum(f.stat().st_size for f in Path(p).rglob('*') if f.is_file()) if Path(p).exists() else 0
 
-def phase(name, cmds, gpus, log, envs=None):
-    "Run `cmds` (lists) at once, wait for all; their wall time, peaks, disk counters and output"
+def phase(name, cmds, gpus, log, envs=None, timeout=None):
+    "Run `cmds` (lists) at once, wait for all (at most `timeout` seconds: then stopped, with their children); wall time, peaks, disks, output"
     print(f'== {name}:', *[' '.join(map(str, c)) for c in cmds], sep='\n  ', flush=True)
     io0, t0 = psutil.disk_io_counters(), time.perf_counter()
-    procs = [subprocess.Popen(list(map(str, c)), cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for c, e in zip(cmds, envs or [None]*len(cmds))]
+    procs = [subprocess.Popen(list(map(str, c)), cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for c, e in zip(cmds, envs or [None]*len(cmds))]
     mon = Monitor([psutil.Process(p.pid) for p in procs], gpus)
-    outs = [p.communicate()[0] for p in procs]
+    def wait(p):
+        try: return p.communicate(timeout=max(1, timeout - (time.perf_counter() - t0)) if timeout else None)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9); out = p.communicate()[0]
+            return out + f'\n{name}: stopped after {timeout} s (--phase-timeout)\n'
+    outs = [wait(p) for p in procs]
     secs = time.perf_counter() - t0; mon.stop(); io1 = psutil.disk_io_counters()
     for o in outs: log.write(o); print(o[-3000:], flush=True)
     if any(p.returncode for p in procs): raise SystemExit(f'{name} failed: return codes {[p.returncode for p in procs]}')
@@ -91,6 +96,7 @@ def main():
     p.add_argument('--cpu', action='store_true', help='pandas, the CPU and 2 processes (a rehearsal of the commands)')
     p.add_argument('--name', default='billion')
     p.add_argument('--append', action='store_true', help="keep the rows of results/NAME.json (steps run in several calls)")
+    p.add_argument('--phase-timeout', type=float, default=900, help='seconds a phase may take before it is stopped (0: no limit)')
     a = p.parse_args()
     for k, v in dict(NCCL_NVLS_ENABLE='0', TORCH_SYMM_MEM_DISABLE_MULTICAST='1', NVSHMEM_DISABLE_NVLS='1').items(): os.environ.setdefault(k, v)
     os.environ['PYTHONPATH'] = os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])
@@ -107,12 +113,12 @@ def main():
         code = ("import sys; from fastai_gpu_tabular.data import synth_criteo; r,w = map(int, sys.argv[1:]); "
                 f"synth_criteo({a.rows}, cap={a.cap}, path={str(raw)!r}, file_rows={a.file_rows}, rank=r, world_size=w, overwrite=True, gpu={not a.cpu})")
         envs = [dict(os.environ, **({} if a.cpu else {'CUDA_VISIBLE_DEVICES': str(r)})) for r in range(world)]
-        r, _ = phase('generate', [[sys.executable, '-c', code, r, world] for r in range(world)], gpus, log, envs)
+        r, _ = phase('generate', [[sys.executable, '-c', code, r, world] for r in range(world)], gpus, log, envs, a.phase_timeout)
         rows.append(dict(r, rows_s=round(a.rows/r['seconds']), written_GB=round(folder_bytes(raw)/1e9, 2))); save()
     if 'prep' in steps:
         cmd = [sys.executable, '-m', 'fastai_gpu_tabular.data', '--dask', '--data', raw, '--cat-names', CATS, '--cont-names', CONTS,
                '--y-names', 'label', '--freq-threshold', a.freq_threshold, '--out', proc, '--overwrite', *(['--cpu'] if a.cpu else [])]
-        r, (out,) = phase('fgt-prep --dask', [cmd], gpus, log)
+        r, (out,) = phase('fgt-prep --dask', [cmd], gpus, log, timeout=a.phase_timeout)
         inner = re.search(r'processed in ([\d.]+)s', out)
         vocab = re.search(r'vocabulary sizes: (\{.*\})', out)
         rows.append(dict(r, rows_s=round(a.rows/r['seconds']), read_GB=round(folder_bytes(raw)/1e9, 2), written_GB=round(folder_bytes(proc)/1e9, 2),
@@ -122,7 +128,7 @@ def main():
         if not a.keep_raw: shutil.rmtree(raw, ignore_errors=True)
     def train(name, n, out, *extra):
         env = None if a.cpu or n == world else [dict(os.environ, CUDA_VISIBLE_DEVICES=','.join(map(str, range(n))))]
-        r, _ = phase(name, [train_cmd(a, n, out, *extra)], gpus, log, env)
+        r, _ = phase(name, [train_cmd(a, n, out, *extra)], gpus, log, env, a.phase_timeout)
         m = json.loads((Path(out)/'metrics.json').read_text())
         r.update(rows_s=round(m['train_rows_s']), run_phases_s={k: round(v, 2) for k, v in m['phases_s'].items()},
                  auc=m.get('roc_auc_score'), processes=n, read_GB=round(folder_bytes(proc)/1e9, 2), written_GB=round(folder_bytes(out)/1e9, 2),
