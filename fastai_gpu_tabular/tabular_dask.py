@@ -429,7 +429,7 @@ def _fit_categorify(p, td, prior, src):
     for n in cols:  # numbers come as arrays: `Categorify` keeps them (its codes and pickles use them; not made again from the lists)
         v,r = vocab_from_counts(vcs[n], *p.limits(n), arrays=True)
         p.vocab[n],p.rare[n] = (o.tolist() if isinstance(o, np.ndarray) else o for o in (v, r))
-        if isinstance(v, np.ndarray): p._cached(n, v)
+        if isinstance(v, np.ndarray): p._cached(n, v, r if isinstance(r, np.ndarray) else None)  # not `np.asarray` of 8M rare ids again
     p._set_classes()
 
 def _fit_fill_missing(p, td, prior, src):
