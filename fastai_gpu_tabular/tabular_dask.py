@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
-import functools, importlib, math, multiprocessing, pickle, threading, time, uuid
+import functools, importlib, math, multiprocessing, threading, time, uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable
@@ -104,7 +104,7 @@ class _Shared:
     procs of a billion click-log rows (24M rare ids, 265 MB pickled) had not reached 4 GPU workers after 6 minutes"""
     def __init__(self, o, folder):
         self.path = Path(folder)/f'.shared-{uuid.uuid4().hex[:8]}.pkl'
-        with open(self.path, 'wb') as f: pickle.dump(o, f, protocol=pickle.HIGHEST_PROTOCOL)
+        save_pickle(self.path, o)
     def __dask_tokenize__(self): return str(self.path)
     def get(self):
         "The object, loaded from its file by the first task of this worker that asks (kept on the worker, which outlives the tasks)"
@@ -114,7 +114,7 @@ class _Shared:
             c = w.setdefault('_fgt_shared', {})
             if (o := c.get(self.path)) is None:
                 c.clear()  # one at a time: an earlier pass's goes
-                with open(self.path, 'rb') as f: o = c[self.path] = pickle.load(f)
+                o = c[self.path] = load_pickle(self.path)
             return o
 
 def _forget_shared(dask_worker): dask_worker.__dict__.pop('_fgt_shared', None)
