@@ -1009,6 +1009,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.train.TrainTimer.before_validate': ( 'train.html#traintimer.before_validate',
                                                                                                    'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train._alive': ('train.html#_alive', 'fastai_gpu_tabular/train.py'),
+                                          'fastai_gpu_tabular.train._counts': ('train.html#_counts', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train._flag': ('train.html#_flag', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train._now': ('train.html#_now', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train._processed_targets': ( 'train.html#_processed_targets',

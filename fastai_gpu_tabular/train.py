@@ -127,10 +127,18 @@ def auto_bs(n_rows:int, world:int=1, steps:int=500)->int:
     return int(2**np.clip(np.round(np.log2(max(n_rows, 1)/(steps*world))), 6, 16))
 
 def _processed_targets(data, split:str, y:str):
-    "The targets of a processed folder's `split`, file by file (only their column read), as numpy arrays"
-    import pyarrow.parquet as pq
+    """The targets of a processed folder's `split` as numpy arrays, batch by batch: only their column read, the files by
+    pyarrow's threads (one `read_table` a file cost 25 ms each besides its rows)"""
+    import pyarrow.dataset as pds
     fs,root,info = read_dataset_info(data)
-    for f in info[split]['files']: yield pq.read_table(f'{root}/{f}', columns=[y], filesystem=fs)[y].to_numpy(zero_copy_only=False)
+    if not info[split]['files']: return
+    d = pds.dataset([f'{root}/{f}' for f in info[split]['files']], format='parquet', filesystem=fs)
+    for b in d.to_batches(columns=[y], use_threads=True): yield b.column(0).to_numpy(zero_copy_only=False)
+
+def _counts(a)->dict:
+    "{value: count} of array `a`: `bincount` for class codes (no sort), `unique` for other values"
+    if a.dtype.kind in 'iu' and len(a) and a.min() >= 0: return {i: int(n) for i,n in enumerate(np.bincount(a)) if n}
+    return dict(zip(*np.unique(a, return_counts=True)))
 
 def baseline(to, y_block:str, data=None)->dict|None:
     """The validation score of a constant guess: the training split's majority class (accuracy) or mean (rmse); from the target column
@@ -142,7 +150,7 @@ def baseline(to, y_block:str, data=None)->dict|None:
     else: return None
     if y_block == 'category':
         counts = Counter()
-        for a in tr: counts.update(dict(zip(*np.unique(a, return_counts=True))))
+        for a in tr: counts.update(_counts(a))
         if not counts: return None
         top,n,hit = counts.most_common(1)[0][0],0,0
         for a in va: n,hit = n + len(a),hit + int((a == top).sum())

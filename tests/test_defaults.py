@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np, pandas as pd, pytest, torch
 from fastai.tabular.all import Adam, set_seed, tabular_config
 from fastai_gpu_tabular.all import (CRITEO_CARDS, Categorify, CategoryBlock, FillMissing, Normalize, RandomRowSplit, SparseEmbedOpt,
-                                    TabularGPU, movielens_sample, movielens_tabular, tabular_learner)
+                                    TabularGPU, movielens_sample, movielens_tabular, tabular_learner, RegressionBlock, TabularDataLoaders)
 from fastai_gpu_tabular.train import main, choose_defaults, table_params, SPARSE_LR
 from fastai_gpu_tabular.data import main as prep
 
@@ -79,6 +79,20 @@ def test_a_processed_folder_reports_its_baseline(tmp_path, capsys):
     want = float((y.iloc[np.asarray(va)] == y.iloc[np.asarray(tr)].mode()[0]).mean())
     assert m['baseline'] == dict(metric='accuracy', value=pytest.approx(want), guess='the majority class')
     assert 'baseline (the majority class, always): accuracy' in capsys.readouterr().out
+
+@pytest.mark.parametrize('block', ['category', 'regression'])
+def test_a_processed_folders_baseline_is_its_rows_baseline(tmp_path, block):
+    "The baseline read from a folder of many part files (its target column streamed) is the one of the rows in memory"
+    from fastai_gpu_tabular.train import baseline
+    df = clicks(20_000).assign(r=lambda d: np.random.RandomState(1).randn(len(d)).astype('float32'))
+    y, yb = ('y', CategoryBlock()) if block == 'category' else ('r', RegressionBlock())
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['u', 'v', 'w'], cont_names=['x'], y_names=y,
+                    y_block=yb, splits=RandomRowSplit(0.2, 0))
+    path = to.to_parquet(tmp_path/'p', part_rows=1_500, row_group_rows=500)
+    assert len(list((path/'train').iterdir())) == 11
+    got, want = baseline(TabularDataLoaders.from_processed(path, bs=512, device='cpu').train_ds, block, path), baseline(to, block)
+    assert got['metric'] == want['metric'] == ('accuracy' if block == 'category' else '_rmse')
+    assert got['value'] == pytest.approx(want['value'], rel=1e-6) and 0 < got['value'] < 1.5
 
 def test_emb_opt_keyword_equals_the_explicit_form():
     df = clicks(3_000)
