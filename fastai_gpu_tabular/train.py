@@ -137,7 +137,7 @@ def _processed_targets(data, split:str, y:str):
 
 def _counts(a)->dict:
     "{value: count} of array `a`: `bincount` for class codes (no sort), `unique` for other values"
-    if a.dtype.kind in 'iu' and len(a) and a.min() >= 0: return {i: int(n) for i,n in enumerate(np.bincount(a)) if n}
+    if a.dtype.kind in 'iu' and len(a) and a.min() >= 0 and a.max() < 2**20: return {i: int(n) for i,n in enumerate(np.bincount(a)) if n}
     return dict(zip(*np.unique(a, return_counts=True)))
 
 def baseline(to, y_block:str, data=None)->dict|None:
