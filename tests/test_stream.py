@@ -25,6 +25,11 @@ def processed(path, n, row_group_rows=15_000, part_rows=97_000, **kwargs):
                     y_block=RegressionBlock(), splits=RandomRowSplit(0.2, 0), **kwargs)
     return to, to.to_parquet(path, row_group_rows=row_group_rows, part_rows=part_rows)
 
+def movielens_folder(path):
+    "12,000 `synth_movielens` rows processed into `path`: row groups of 700 rows, part files of 3,000"
+    return synth_tabular(synth_movielens(12_000, gpu=False), splits=RandomRowSplit(0.2, 42)).to_parquet(path, row_group_rows=700,
+                                                                                                      part_rows=3_000)
+
 @pytest.fixture(scope='module')
 def big(tmp_path_factory):
     "About 1M rows, 800k of them for training in 58 row groups of 15,000 or 7,000-odd rows (each part file ends short)"
@@ -138,9 +143,7 @@ def test_resume_at_a_batch_starts_at_its_window(big):
     assert dl.log[0] == ('read', first) and first > 0  # the windows before batch 77 were not read
 
 def test_fgt_train_streams_a_processed_folder_and_resumes_like_a_whole_run(tmp_path):
-    df = synth_movielens(12_000, gpu=False)
-    to = synth_tabular(df, splits=RandomRowSplit(0.2, 42))
-    path = to.to_parquet(tmp_path/'proc', row_group_rows=700, part_rows=3_000)
+    path = movielens_folder(tmp_path/'proc')
     common = ('--data', path, '--bs', 800, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--mem-bytes', 150_000)
     out = lambda name, *a: launch(1, '-m', 'fastai_gpu_tabular.train', '--deterministic', '--cpu', '--out', tmp_path/name, *common, *a)
     out('whole'); out('cut', '--stop-after', 17)
@@ -154,8 +157,7 @@ def test_fgt_train_streams_a_processed_folder_and_resumes_like_a_whole_run(tmp_p
 @pytest.mark.parametrize('n', [1, 2])
 def test_resume_check_script_reads_the_next_epochs_batches(tmp_path, n):
     "bench/profiles/resume_check.py, the billion-row check of a resume mid-epoch, on n CPU ranks"
-    path = synth_tabular(synth_movielens(12_000, gpu=False), splits=RandomRowSplit(0.2, 42)).to_parquet(
-        tmp_path/'proc', row_group_rows=700, part_rows=3_000)
+    path = movielens_folder(tmp_path/'proc')
     common = ('--', '--data', path, '--bs', 800 // n, '--epochs', 2, '--checkpoint-every', 5, '--layers', '16', '--cpu',
               '--mem-bytes', 150_000, '--out', tmp_path/'run')
     launch(n, 'bench/profiles/resume_check.py', '--stage', 'cut', *common)
