@@ -22,14 +22,14 @@ import numpy as np, psutil, pyarrow.parquet as pq
 from fastai_gpu_tabular.stream import ProcessedSplit
 
 src = ProcessedSplit(a.folder, a.split)
-def byte_range(f, rg):
-    "(offset, length) of row group `rg` of file `f`: from its first column chunk's first page to the end of its last"
+def byte_range(rg):
+    "(offset, length) of row group `rg`: from its first column chunk's first page to the end of its last"
     cols = [rg.column(k) for k in range(rg.num_columns)]
     starts = [c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset else c.data_page_offset for c in cols]
     start = min(starts)
     return start, max(s + c.total_compressed_size for s, c in zip(starts, cols)) - start
 mds = [pq.ParquetFile(f).metadata for f in src.files]
-ranges = [(src.files[i], *byte_range(src.files[i], mds[i].row_group(j))) for i, j, _, _ in src.groups]
+ranges = [(src.files[i], *byte_range(mds[i].row_group(j))) for i, j, _, _ in src.groups]
 order = np.random.default_rng(a.seed).permutation(len(ranges)) if a.order == 'shuffled' else np.arange(len(ranges))
 total = sum(r[2] for r in ranges)
 print(f"{a.folder} ({a.split}): {len(src.files)} files, {len(ranges)} row groups, {total/1e9:.2f} GB, "
