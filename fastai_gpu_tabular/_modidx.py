@@ -243,6 +243,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                          'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._Replay.forward': ( 'graph.html#_replay.forward',
                                                                                         'fastai_gpu_tabular/graph.py'),
+                                          'fastai_gpu_tabular.graph._backward': ('graph.html#_backward', 'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._capture': ('graph.html#_capture', 'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._uncached_autocast': ( 'graph.html#_uncached_autocast',
                                                                                            'fastai_gpu_tabular/graph.py')},

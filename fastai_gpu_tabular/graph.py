@@ -23,7 +23,7 @@ class _Captured:
             with _uncached_autocast():  # autocast's cache of cast weights would outlive the capture
                 out = _capture(self.fg, self.pool, lambda: fwd(*self.xs))
                 self.gout = torch.empty_like(out)
-                _capture(self.bg, self.pool, lambda: out.backward(self.gout))
+                _capture(self.bg, self.pool, lambda: _backward(out, self.gout))
             self.out = out.detach()
             self.sparse = [(p, p.grad) for p in params if p.grad is not None and p.grad.is_sparse]  # set by the model's backward
             for p,_ in self.sparse: p.grad = None
@@ -62,6 +62,14 @@ def _capture(g, pool, f):
         g.capture_begin(pool=pool, capture_error_mode='thread_local')
         try: return f()
         finally: g.capture_end()
+
+def _backward(out, g):
+    """`out.backward(g)` as autograd's engine runs it, without `torch.autograd.backward`'s check of `g`'s shape (`g` is made
+    `empty_like(out)`): that check's first call in a process imports sympy (`torch.fx.experimental.symbolic_shapes`), which took
+    2.2-3.4 s of host inside the backward's capture on an H200 machine, the whole of the capture batch's wait"""
+    run = getattr(torch.autograd.graph, '_engine_run_backward', None)
+    if run is None or out.shape != g.shape: return out.backward(g)
+    run((out,), (g,), False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 def _uncached_autocast():
     "Autocast as it is, without its cache of cast weights (CUDA graphs need it off: `torch.cuda.make_graphed_callables`)"

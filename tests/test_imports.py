@@ -35,3 +35,14 @@ def test_no_import_cycle_between_modules():
         deps[f.stem] = mods - {f.stem}
     assert deps['loader'] and 'tabular' in deps['tabular_dask']  # the parse found the imports
     graphlib.TopologicalSorter(deps).prepare()  # raises CycleError naming the cycle
+
+def test_graph_capture_backward_imports_no_sympy():
+    "`CudaGraph`'s captured backward gives `out.backward(g)`'s gradients without importing sympy (seconds inside the capture batch)"
+    out = run("""
+import sys, torch
+from fastai_gpu_tabular.graph import _backward
+lin,x,g,mod = torch.nn.Linear(3, 2),torch.randn(4, 3),torch.randn(4, 2),'torch.fx.experimental.symbolic_shapes'
+_backward(lin(x), g); a = lin.weight.grad.clone(); lin.weight.grad = None
+print(mod in sys.modules)
+lin(x).backward(g); print(torch.equal(a, lin.weight.grad), mod in sys.modules)""")
+    assert out == ['False', 'True', 'True']  # the last: autograd's own `backward(g)` imports it, as the capture did

@@ -26,6 +26,8 @@ p.add_argument('--no-drain', action='store_true', help="the capture's steps time
                "(whether the GPU was still busy when it began, too): which call waits")
 p.add_argument('--switch-interval', type=float, default=0, help="`sys.setswitchinterval` in seconds (0: Python's 5 ms): a capture "
                "that waits less with a shorter one waited for the GIL (the loader's threads hold it)")
+p.add_argument('--reader', default='', help="with --train: the streamed loader's reader ('cudf', 'pyarrow'; default: its own "
+               "'auto'): a wait that goes with 'pyarrow' is cuDF's (its decode shares the training's stream)")
 a, rest = p.parse_known_args()
 if a.switch_interval: sys.setswitchinterval(a.switch_interval)
 import torch
@@ -104,6 +106,10 @@ if a.train:  # each capture's host ops, and fgt-train as its command line has it
                     tables.append(('the batches (host start to start, ms)', gaps))
             return one(self)
         Learner._do_one_batch = traced
+    if a.reader:
+        from functools import partialmethod
+        from fastai_gpu_tabular.stream import ParquetDataLoader
+        ParquetDataLoader.__init__ = partialmethod(ParquetDataLoader.__init__, reader=a.reader)
     from fastcore.script import anno_parser
     from fastai_gpu_tabular.train import main
     args = anno_parser(main).parse_args([r for r in rest if r != '--']).__dict__
