@@ -15,11 +15,12 @@ from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHook
 from .comm import rank_world, distributed, dist_device, gather_rows, all_gather_cat, broadcast_object, mean_over_ranks
 from .loader import BatchDataLoader
 from .recorder import allowed_sync
-from .model import save_weights, load_weights
+from .model import save_weights, load_weights, shard_bounds
+from .optimizer import SparseEmbedOpt
 
 # %% auto #0
-__all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'load_checkpoint',
-           'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
+__all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'ShardTables',
+           'load_checkpoint', 'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -203,6 +204,40 @@ class SparseEmbeddingGrads(Callback):
     def bytes(self)->int:
         "Bytes each rank received in the last exchange: (world - 1) x the rows x (a row's gradient + its int64 index)"
         return sum((num_distrib()-1)*n*(p.shape[1]*(2 if self.bf16 else p.element_size())+8) for n,p in zip(self.rows, self.params))
+
+# %% ../nbs/07_distributed.ipynb #a7c1e5d3
+class ShardTables(Callback):
+    """Packed tables (`FastTabularModel(sparse=True)`) sharded across the ranks by table, as TorchRec's table-wise sharding: each rank
+    looks up and steps its share for every rank's rows (`sharded_block`: two all-to-alls a step, sizes fixed by the batch), so no
+    table row is exchanged (`SparseEmbedOpt(exchange='local')`). Before validation and at the fit's end each rank's tables go to
+    every rank, which then validates, checkpoints and saves the whole model as one process would"""
+    order = 9  # after `SparseEmbeddingGrads` (8), which sends rank 0's weights to every rank
+    on = False
+    def before_fit(self):
+        m = get_model(self.model)
+        self.on = distributed() and getattr(m, 'sparse', False) and len(getattr(m, 'embeds', ())) > 0
+        if not self.on: return
+        if not isinstance(self.learn.opt, SparseEmbedOpt): raise ValueError(
+            f"`ShardTables` steps the tables with `SparseEmbedOpt`, not {type(self.learn.opt).__name__}: pass `opt_func=SparseEmbedOpt`")
+        rank,world = rank_world()
+        self.bounds = shard_bounds(len(m.embeds), world)
+        m.__dict__['shard'] = (rank, world, self.bounds)
+        self.exchange,self.learn.opt.exchange = self.learn.opt.exchange,'local'
+
+    def _send_tables(self):
+        "Each rank's tables to every rank"
+        embeds = get_model(self.model).embeds
+        for r,(a,b) in enumerate(self.bounds):
+            for e in embeds[a:b]: torch.distributed.broadcast(e.weight.data, r)
+
+    def before_validate(self):
+        if self.on: self._send_tables()
+    def after_fit(self):
+        if not self.on: return
+        self._send_tables(); self.on = False
+        get_model(self.model).__dict__.pop('shard', None); self.learn.opt.exchange = self.exchange
+    after_cancel_fit = after_fit
+
 
 # %% ../nbs/07_distributed.ipynb #8b999cf1
 _fai_to_distributed,_fai_detach_distributed = Learner.to_distributed,Learner.detach_distributed

@@ -8,8 +8,8 @@ from fastai.tabular.all import *
 
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'block_width', 'embed_block', 'storage_view',
-           'table_groups', 'table_plan', 'table_block', 'FastTabularModel', 'layer_info', 'save_weights',
-           'load_weights']
+           'table_groups', 'table_plan', 'table_block', 'shard_bounds', 'sharded_block', 'FastTabularModel',
+           'layer_info', 'save_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -252,6 +252,43 @@ def table_block(idx:Tensor, # (bs, n) codes, column `i` indexing `tables[i]`
                              *tables, *dense)
 
 
+def shard_bounds(n:int, world:int)->list:
+    "[(first, end)] of each rank's tables for `sharded_block`: consecutive columns, as even a number of tables (of lookups) as can be"
+    if n < world: raise ValueError(f"{n} tables cannot be shared by {world} ranks: each rank needs one at least")
+    return [(r*n//world, (r+1)*n//world) for r in range(world)]
+
+class _ScaleGrad(torch.autograd.Function):
+    "The identity, its gradient times `k`"
+    @staticmethod
+    def forward(ctx, x, k): ctx.k = k; return x.view_as(x)
+    @staticmethod
+    def backward(ctx, g): return g*ctx.k, None
+
+def sharded_block(idx:Tensor, # (bs, n) this rank's codes, column `i` indexing `tables[i]`; every rank the same `bs`
+                  tables:list, # All the embedding weights (packed); this rank looks up and gets gradients for its own only
+                  dense:list=(), # (bs, width) tensors placed after the embeddings
+                  width:int|None=None, # Columns of the result, zeros after the data (default: no padding)
+                  dtype:torch.dtype|None=None, # The block's dtype (default: the tables')
+                  rank:int=0, world:int=1, # This rank and the ranks
+                  bounds:list|None=None, # `shard_bounds(len(tables), world)`: the tables of each rank
+                 )->Tensor:
+    """`table_block`'s block, the tables sharded across ranks by table (TorchRec's table-wise sharding): each rank's codes go to the
+    tables' ranks (one all-to-all), each rank looks up its tables for every rank's rows, and the rows come back (another); the
+    backward sends each row's gradient to its table's rank, where the tables get every rank's lookups' gradients (÷ ranks: DDP's
+    mean) as one process at the ranks' whole batch would. Sizes are fixed by the batch: no host sync"""
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_to_all_single
+    bounds,bs = ifnone(bounds, shard_bounds(len(tables), world)),len(idx)
+    (a,b),ws = bounds[rank],[sum(t.shape[1] for t in tables[x:y]) for x,y in bounds]
+    send = torch.cat([idx[:, x:y].reshape(-1) for x,y in bounds])  # by the rank they go to: that rank's columns, row by row
+    recv = idx.new_empty(world*bs*(b-a))
+    dist.all_to_all_single(recv, send, [bs*(b-a)]*world, [bs*(y-x) for x,y in bounds])
+    e = _ScaleGrad.apply(table_block(recv.view(world*bs, b-a), tables[a:b], dtype=dtype), 1/world)  # every rank's rows, by rank
+    got = all_to_all_single(e.new_empty(bs*sum(ws)), e.reshape(-1), [bs*w for w in ws], [bs*ws[rank]]*world)
+    x = [o.view(bs, w) for o,w in zip(got.split([bs*w for w in ws]), ws)] + [d.to(e.dtype) for d in dense]
+    if pad := block_width(tables, dense, width) - sum(t.shape[1] for t in x): x.append(e.new_zeros(bs, pad))
+    return torch.cat(x, 1)
+
 # %% ../nbs/04b_model.ipynb #09c94e2e
 class FastTabularModel(TabularModelMH):
     "`TabularModelMH` (fastai's `TabularModel`) with a fast narrow BatchNorm, aligned input width and no concatenation"
@@ -273,7 +310,9 @@ class FastTabularModel(TabularModelMH):
         if self.n_cont != 0: dense.append(x_cont if self.bn_cont is None else self.bn_cont(x_cont))
         if getattr(self, 'sparse', False) and len(self.embeds):
             tabs = [e.weight for e in self.embeds]
-            x = table_block(x_cat, tabs, dense, self.width, self._block_dtype(x_cat), self._plan(tabs, x_cat.device))
+            if (sh := self.__dict__.get('shard')) is not None and self.training and torch.is_grad_enabled():  # `ShardTables`
+                x = sharded_block(x_cat, tabs, dense, self.width, self._block_dtype(x_cat), *sh)
+            else: x = table_block(x_cat, tabs, dense, self.width, self._block_dtype(x_cat), self._plan(tabs, x_cat.device))
         else: x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)

@@ -407,11 +407,13 @@ class SparseEmbedOpt(Optimizer):
         lr_mult:float=1., # The tables' learning rate over the dense parameters'
         exchange:str='auto', # Across ranks: 'whole' (every row's gradient in one all-reduce: sizes fixed, no host sync), 'rows'
                              # (the rows each rank touched: fewer bytes, one host sync), 'auto' ('whole' for tables of fewer rows
-                             # than the ranks' lookups a step, else 'rows'; in one process the lookups sorted, as 'rows')
+                             # than the ranks' lookups a step, else 'rows'; in one process the lookups sorted, as 'rows'), 'local'
+                             # (none: each rank's tables got every rank's lookups, `sharded_block`'s)
         **kwargs # Passed to `opt_func`
     ):
         if rule not in SPARSE_RULES: raise ValueError(f"`rule` must be one of {', '.join(SPARSE_RULES)}, not {rule!r}")
-        if exchange not in ('auto', 'rows', 'whole'): raise ValueError(f"`exchange` must be 'auto', 'rows' or 'whole', not {exchange!r}")
+        if exchange not in ('auto', 'rows', 'whole', 'local'):
+            raise ValueError(f"`exchange` must be 'auto', 'rows', 'whole' or 'local', not {exchange!r}")
         self.dense,self.rule,self.lr_mult,self.exchange = opt_func(params, lr=lr, **kwargs),rule,lr_mult,exchange
 
     # one set of groups, hyper-parameters (fastai's schedules set them here) and state: the dense optimizer's
@@ -452,9 +454,10 @@ class SparseEmbedOpt(Optimizer):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
             else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
             ids.append(i); vals.append(v.to(b.dtype).contiguous())
-        if self._exchange(groups, vals) == 'whole': return self._whole_rows(ids, vals, starts, groups)
-        if distributed(): ids,vals = self._ranks_rows(ids, vals, starts, groups)
-        rows,un,lookups = self._rows_of(ids, vals, starts, groups, distributed())
+        if (ex := self._exchange(groups, vals)) == 'whole': return self._whole_rows(ids, vals, starts, groups)
+        dist = distributed() and ex != 'local'
+        if dist: ids,vals = self._ranks_rows(ids, vals, starts, groups)
+        rows,un,lookups = self._rows_of(ids, vals, starts, groups, dist)
         return rows,un,starts,_sums(lookups)
 
     def _exchange(self, groups, vals):

@@ -16,7 +16,7 @@ from .learner import tabular_learner, save_run, load_run
 from .model import save_weights, load_weights
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
-from .distributed import Checkpoint, StopAfter, ddp_kwargs, load_checkpoint
+from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_checkpoint
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
 from .loader import device_bytes_free
@@ -277,7 +277,7 @@ def claim_out(out:Path, resume:bool, overwrite:bool):
 # %% ../nbs/08_train.ipynb #9579d931
 RUN_SETTINGS = ('data', 'rows', 'cat_names', 'cont_names', 'mh_names', 'y_names', 'y_block', 'valid_pct', 'seed', 'layers', 'emb_dim',
                 'emb_rule', 'emb_opt', 'bs', 'lr', 'opt', 'precision', 'no_bn', 'fastai_model', 'freq_threshold', 'max_size', 'mem_bytes',
-                'sync_bn', 'bf16_grads', 'sparse_embeddings', 'deterministic')
+                'sync_bn', 'bf16_grads', 'sparse_embeddings', 'shard_tables', 'deterministic')
 
 def run_settings(args:dict, dls, to, world:int)->dict:
     """What shapes a run's data, model and optimizer: `fgt-train`'s `RUN_SETTINGS` as given (a path absolute), the processes, the
@@ -491,6 +491,8 @@ def main(
     sync_bn:store_true=False, # Synchronise BatchNorm statistics across processes (`nn.SyncBatchNorm`; GPUs only)
     bf16_grads:store_true=False, # All-reduce the gradients in bf16 (half the bytes, not bit-equal to one process)
     sparse_embeddings:store_true=False, # Exchange only the embedding rows a step touched (tables by `sparse_tables`; slower on 2 H200s)
+    shard_tables:store_true=False, # Several processes, row-sparse tables: each looks up and steps a share of the tables (`ShardTables`:
+                                   # all-to-all, TorchRec's table-wise sharding) instead of exchanging their rows
     no_bn:store_true=False, # No BatchNorm in the model (fastai's `use_bn` and `bn_cont` off)
     fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
@@ -541,7 +543,13 @@ def main(
         if cuda_graph and not without_ddp(world, emb_opt, sync_bn):
             warn(f"`cuda_graph` on {world} processes needs row-sparse tables (`emb_opt`) and no `sync_bn`: DDP's hooks run in the "
                  "backward, which a graph cannot capture; training without"); cuda_graph = False
-        args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision)  # run.json: what the run trains with
+        if shard_tables and (world < 2 or emb_opt == 'dense'):
+            warn(f"`shard_tables` needs several processes and row-sparse tables (`emb_opt`), not {world} and {emb_opt!r}: not sharded")
+            shard_tables = False
+        if shard_tables and (resume or checkpoint_every): raise ValueError(
+            "`shard_tables`: each rank keeps its tables' optimizer state, which checkpoints do not gather yet: "
+            "`--resume` and `--checkpoint-every` need the tables unsharded")
+        args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision, shard_tables=shard_tables)  # run.json: what the run trains with
         report_defaults(chosen, emb_dim)
         check_run(out, run_settings(args, dls, to, world), resume)
         ph.lap('data')
@@ -555,6 +563,7 @@ def main(
         keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
         graph = CudaGraph() if cuda_graph else None
         cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else []) + ([graph] if graph else [])
+        if shard_tables: cbs.append(ShardTables())
         ph.lap('model')
         if lr is None: lr = pick_lr(learn, out, opt, resume, sparse=emb_opt != 'dense'); ph.lap('lr_find')
         final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,

@@ -88,6 +88,19 @@ def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
     m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
     assert m1['sparse_tables'] == m2['sparse_tables'] == [f'embeds.{i}.weight' for i in range(4)]  # users, movies, hour, year_na
 
+@pytest.mark.parametrize('n', [2, 4])
+def test_ranks_with_sharded_tables_match_one_process(tmp_path, n):
+    """`--shard-tables`: each rank looks up and steps its share of the tables for every rank's rows (all-to-all, no row exchanged):
+    n ranks at 1/n of the batch end as one process does, and each rank kept optimizer state for its own tables only"""
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', '8')
+    one = train(tmp_path, 'one', 1, '--bs', 800, *common)
+    many = train(tmp_path, f'n{n}', n, '--bs', 800//n, *common, '--shard-tables')
+    assert_same_weights(one, many)
+    assert json.loads((many/'run.json').read_text())['shard_tables'] is True
+    st = torch.load(many/'checkpoint.pth', weights_only=False)['opt']['state'][:4]  # rank 0's, of the tables (the first parameters)
+    tables = [i for i,s in enumerate(st) if s.get('step')]
+    assert tables == list(range(4//n)), tables  # 4 tables (users, movies, hour, year_na): rank 0 stepped the first 4/n
+
 def test_four_ranks_with_sparse_tables_match_one_process(tmp_path):
     "Each rank's lookups summed by row, then the rows exchanged: four ranks at a quarter of the batch end as one process does"
     common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', '8')
