@@ -549,7 +549,7 @@ def main(
         if shard_tables and (resume or checkpoint_every): raise ValueError(
             "`shard_tables`: each rank keeps its tables' optimizer state, which checkpoints do not gather yet: "
             "`--resume` and `--checkpoint-every` need the tables unsharded")
-        args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision, shard_tables=shard_tables)  # run.json: what the run trains with
+        args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision, shard_tables=shard_tables)  # run.json: what it trains with
         report_defaults(chosen, emb_dim)
         check_run(out, run_settings(args, dls, to, world), resume)
         ph.lap('data')
