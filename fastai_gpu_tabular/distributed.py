@@ -219,6 +219,9 @@ class ShardTables(Callback):
         if not self.on: return
         if not isinstance(self.learn.opt, SparseEmbedOpt): raise ValueError(
             f"`ShardTables` steps the tables with `SparseEmbedOpt`, not {type(self.learn.opt).__name__}: pass `opt_func=SparseEmbedOpt`")
+        if not getattr(self.dls.train, 'drop_last', False): raise ValueError(
+            "`ShardTables` exchanges every rank's batch at a size fixed by the batch: the training loader must drop its last partial "
+            "batch (`drop_last=True`, fastai's default with `shuffle`)")
         rank,world = rank_world()
         self.bounds = shard_bounds(len(m.embeds), world)
         m.__dict__['shard'] = (rank, world, self.bounds)

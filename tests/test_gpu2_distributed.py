@@ -69,3 +69,17 @@ def test_two_gpus_with_row_sparse_tables_and_graphs_match_one(tmp_path):
     assert_same_weights(one, two, tol=2e-5)
     m = json.loads((two/'metrics.json').read_text())
     assert m['world_size'] == 2 and m['cuda_graph'] and m['cuda_graph_replays'] >= 28, m  # 32 batches, 2 before the capture
+
+def test_two_gpus_with_sharded_tables_and_graphs_match_one(tmp_path):
+    """`fgt-train --shard-tables --cuda-graph` on Criteo-shaped rows: each GPU looks up and steps half the tables for both GPUs' rows
+    (NCCL all-to-alls inside the graphs); two GPUs at half the batch end with one GPU's weights"""
+    def run(name, n, bs, *extra):
+        launch(n, '-m', 'fastai_gpu_tabular.train', '--data', 'synth-criteo', '--rows', 40_000, '--deterministic', '--out', tmp_path/name,
+               '--bs', bs, '--epochs', 1, '--lr', 1e-2, '--no-bn', '--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', 8,
+               '--cuda-graph', *extra, accelerate=True)
+        return tmp_path/name
+    one, two = run('one', 1, 1000), run('two', 2, 500, '--shard-tables')
+    assert_same_weights(one, two, tol=2e-5)
+    m = json.loads((two/'metrics.json').read_text())
+    assert m['world_size'] == 2 and m['cuda_graph'] and m['cuda_graph_replays'] >= 28, m
+    assert json.loads((two/'run.json').read_text())['shard_tables'] is True
