@@ -16,7 +16,7 @@ from .comm import rank_world, distributed, dist_device, gather_rows, all_gather_
 from .loader import BatchDataLoader
 from .recorder import allowed_sync
 from .model import save_weights, load_weights, shard_bounds
-from .optimizer import SparseEmbedOpt
+from .optimizer import SparseEmbedOpt, SPARSE_RULES
 
 # %% auto #0
 __all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'ShardTables',
@@ -212,7 +212,7 @@ class ShardTables(Callback):
     table row is exchanged (`SparseEmbedOpt(exchange='local')`). Before validation and at the fit's end each rank's tables go to
     every rank, which then validates, checkpoints and saves the whole model as one process would"""
     order = 9  # after `SparseEmbeddingGrads` (8), which sends rank 0's weights to every rank
-    on = False
+    on,bounds = False,None  # `bounds`: each rank's tables (`shard_bounds`) in the last fit that sharded them
     def before_fit(self):
         m = get_model(self.model)
         self.on = distributed() and getattr(m, 'sparse', False) and len(getattr(m, 'embeds', ())) > 0
@@ -233,6 +233,23 @@ class ShardTables(Callback):
         for r,(a,b) in enumerate(self.bounds):
             for e in embeds[a:b]: torch.distributed.broadcast(e.weight.data, r)
 
+    def _send_state(self):
+        "Each rank's tables' optimizer state (by `SparseEmbedOpt`'s rule) to every rank"
+        opt,embeds = self.learn.opt,get_model(self.model).embeds
+        for r,(a,b) in enumerate(self.bounds):
+            for e in embeds[a:b]:
+                p,st = e.weight,opt.state[e.weight]
+                step = torch.tensor([st.get('step', 0)], device=p.device)
+                torch.distributed.broadcast(step, r)
+                if not (n := int(step.item())): continue  # never stepped: no state on any rank (a host sync, at a checkpoint)
+                for k,sh in SPARSE_RULES[opt.rule][1].items():
+                    if k not in st: st[k] = p.new_zeros(p.shape if sh == () else p.shape[:1])
+                    torch.distributed.broadcast(st[k], r)
+                st['step'] = n
+
+    def before_checkpoint(self):
+        "`Checkpoint`'s, on every rank before rank 0 saves: the tables and their optimizer state as one process would have them"
+        if self.on: self._send_tables(); self._send_state()
     def before_validate(self):
         if self.on: self._send_tables()
     def after_fit(self):
@@ -316,7 +333,10 @@ class Checkpoint(Callback):
         if self.pos is None: self.save(self.epoch+1, 0)  # not after an epoch skipped on resuming
 
     def save(self, epoch:int, batch:int):
-        "Write the run's state at `batch` of `epoch` (rank 0 only): the weights to a new safetensors file, then the rest naming it"
+        """Write the run's state at `batch` of `epoch` (rank 0 only): the weights to a new safetensors file, then the rest naming it;
+        first, on every rank, each callback's `before_checkpoint` (`ShardTables` sends each rank's tables and their state)"""
+        for cb in self.learn.cbs:
+            if hasattr(type(cb), 'before_checkpoint'): cb.before_checkpoint()
         if rank_distrib(): return
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)

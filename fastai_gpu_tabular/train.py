@@ -546,9 +546,6 @@ def main(
         if shard_tables and (world < 2 or emb_opt == 'dense'):
             warn(f"`shard_tables` needs several processes and row-sparse tables (`emb_opt`), not {world} and {emb_opt!r}: not sharded")
             shard_tables = False
-        if shard_tables and (resume or checkpoint_every): raise ValueError(
-            "`shard_tables`: each rank keeps its tables' optimizer state, which checkpoints do not gather yet: "
-            "`--resume` and `--checkpoint-every` need the tables unsharded")
         args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision, shard_tables=shard_tables)  # run.json: what it trains with
         report_defaults(chosen, emb_dim)
         check_run(out, run_settings(args, dls, to, world), resume)
@@ -563,7 +560,8 @@ def main(
         keep = KeepBest(out, resume, ckpt) if not last and dls.valid.n else None
         graph = CudaGraph() if cuda_graph else None
         cbs = [ckpt, timer] + ([stop] if stop_after else []) + ([keep] if keep else []) + ([graph] if graph else [])
-        if shard_tables: cbs.append(ShardTables())
+        shard = ShardTables() if shard_tables else None
+        if shard: cbs.append(shard)
         ph.lap('model')
         if lr is None: lr = pick_lr(learn, out, opt, resume, sparse=emb_opt != 'dense'); ph.lap('lr_find')
         final,sparse = fit_step(learn, epochs, lr, cbs, lambda: stop.stopped, ph, sync_bn, bf16_grads, sparse_embeddings,
@@ -584,7 +582,7 @@ def main(
                     defaults={k: v for k,(v,_) in chosen.items()}, kept_epoch=getattr(keep, 'kept_epoch', None), epochs=epochs,
                     checkpoints=ckpt.n_saves,
                     cuda_graph_replays=graph.replays if graph else None, cuda_graph_capture_s=graph.capture_s if graph else None,
-                    checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0))
+                    checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0), tables_by_rank=getattr(shard, 'bounds', None))
         return learn
 
 # %% ../nbs/08_train.ipynb #84637bc0

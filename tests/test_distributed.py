@@ -91,15 +91,25 @@ def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
 @pytest.mark.parametrize('n', [2, 4])
 def test_ranks_with_sharded_tables_match_one_process(tmp_path, n):
     """`--shard-tables`: each rank looks up and steps its share of the tables for every rank's rows (all-to-all, no row exchanged):
-    n ranks at 1/n of the batch end as one process does, and each rank kept optimizer state for its own tables only"""
+    n ranks at 1/n of the batch end as one process does (with `exchange='local'`: had a rank looked up its own rows only, its
+    tables would have stepped on its own batch alone)"""
     common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', '8')
     one = train(tmp_path, 'one', 1, '--bs', 800, *common)
     many = train(tmp_path, f'n{n}', n, '--bs', 800//n, *common, '--shard-tables')
     assert_same_weights(one, many)
     assert json.loads((many/'run.json').read_text())['shard_tables'] is True
-    st = torch.load(many/'checkpoint.pth', weights_only=False)['opt']['state'][:4]  # rank 0's, of the tables (the first parameters)
-    tables = [i for i,s in enumerate(st) if s.get('step')]
-    assert tables == list(range(4//n)), tables  # 4 tables (users, movies, hour, year_na): rank 0 stepped the first 4/n
+    assert json.loads((many/'metrics.json').read_text())['tables_by_rank'] == [[r*4//n, (r+1)*4//n] for r in range(n)]  # 4 tables
+
+def test_resumed_sharded_run_ends_like_a_whole_run(tmp_path):
+    "`--shard-tables` stopped mid-epoch and resumed: each rank's tables and their optimizer state reach the checkpoint (rank 0's)"
+    common = ('--bs', 400, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--emb-opt', 'rowwise-adagrad', '--emb-rule',
+              'fixed', '--emb-dim', 8, '--shard-tables')
+    whole = train(tmp_path, 'whole', 2, *common)
+    cut = train(tmp_path, 'cut', 2, *common, '--stop-after', 17)   # stopped after 5 batches of the second epoch
+    st = torch.load(cut/'checkpoint.pth', weights_only=False)
+    assert (st['epoch'], st['batch']) == (1, 5) and all(s.get('step') for s in st['opt']['state'][:4])  # every table's state
+    train(tmp_path, 'cut', 2, *common, '--resume')
+    assert_same_weights(whole, cut, tol=1e-6)
 
 def test_four_ranks_with_sparse_tables_match_one_process(tmp_path):
     "Each rank's lookups summed by row, then the rows exchanged: four ranks at a quarter of the batch end as one process does"

@@ -283,7 +283,8 @@ def test_cuda_graph_takes_back_a_forward_left_by_a_fit_cut_short():
 
 def test_sparse_embed_opt_names_a_wrong_rule_or_exchange():
     p = [torch.nn.Parameter(torch.zeros(4, 2))]
-    with pytest.raises(ValueError, match="`exchange` must be 'auto', 'rows', 'whole' or 'local', not 'all'"): SparseEmbedOpt(p, 1e-2, exchange='all')
+    with pytest.raises(ValueError, match="`exchange` must be 'auto', 'rows', 'whole' or 'local', not 'all'"):
+        SparseEmbedOpt(p, 1e-2, exchange='all')
     with pytest.raises(ValueError, match="`rule` must be one of"): SparseEmbedOpt(p, 1e-2, rule='sgd')
     assert SparseEmbedOpt(p, 1e-2).exchange == 'auto'
 
