@@ -125,6 +125,17 @@ def test_the_next_window_is_read_before_this_ones_last_batch(big):
         last = max(i for i, e in enumerate(log) if e == ('batch', k-1))
         assert log.index(('read', k)) < last, k
 
+def test_each_windows_read_and_wait_are_timed(big):
+    "`reads`: each window of the last pass in order, the seconds its read took and the seconds the batches waited for it"
+    import time
+    _, path, mem = big
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=0)
+    n, load = len(dl.windows()), dl.load
+    dl.load = lambda win, k, epoch: (time.sleep(0.6) if k == 2 else None) or load(win, k, epoch)  # window 2 is slow to read
+    for b in dl: pass
+    assert [r[0] for r in dl.reads] == list(range(n)) and n > 4
+    assert dl.reads[2][1] >= 0.6 and dl.reads[2][2] > 0.3, dl.reads[:4]  # read after window 0's batches began: they waited
+
 def test_the_reader_is_pyarrow_off_the_gpu_and_checked(big):
     "`reader='auto'` (the default) decodes on the CPU for a CPU loader; cuDF's reader only where a GPU has it"
     path = big[1]

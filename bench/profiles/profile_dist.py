@@ -15,11 +15,13 @@ p.add_argument('--steps', type=int, default=40)
 p.add_argument('--prof', type=int, default=8)
 p.add_argument('--top', type=int, default=25)
 p.add_argument('--timeline', action='store_true', help="instead: each training batch's host time over the whole fit: the first batch's wait and the stalls")
-p.add_argument('--events', action='store_true', help="also: the seconds of each callback's fit-level events on each rank (what the fit spends outside its batches)")
 p.add_argument('--trace', action='store_true', help="also: the profiled batches' chrome trace, `trace<r>_of<w>.json` in `--log` (each stream's kernels and gaps)")
 p.add_argument('--links', action='store_true', help="first: the ranks' all-reduce and all-gather bandwidth (16, 64, 256 MB), printed by rank 0")
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
-p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' (fgt-train's) or 'cudf'")
+p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
+p.add_argument('--decode', default='side', choices=['side', 'default'],
+               help="cuDF's decode of a window: on the reading thread's stream (the library's), or 'default': on cuDF's own stream, the "
+                    "training's (the library before session 32), the same-run baseline")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 import torch
@@ -82,6 +84,9 @@ class Timeline(Callback):
                    stalls_s=float(d[long].sum() / 1e3), steady_s=float(d[~long].sum() / 1e3),
                    biggest_ms={int(i): round(float(d[i]), 1) for i in sorted(np.argsort(d)[-8:])},  # batch: its wait
                    capture_s=next((c.capture_s for c in self.learn.cbs if hasattr(c, 'capture_s')), None))  # `CudaGraph`'s captures
+        if (reads := getattr(self.dls.train, 'reads', None)) is not None:  # the streaming loader's windows: (window, read s, waited s)
+            res.update(windows=len(reads), read_s=sum(r[1] for r in reads), waited_s=sum(r[2] for r in reads),
+                       read_ms={k: round(r * 1e3) for k, r, _ in reads}, waited_ms={k: round(w * 1e3, 1) for k, _, w in reads if w > 0.005})
         log = Path(a.log); log.mkdir(parents=True, exist_ok=True)
         (log / f'timeline{r}_of{w}.json').write_text(json.dumps(res))
         print(f"rank {r} of {w}: " + ', '.join(f'{k} {v:.2f}' if isinstance(v, float) else f'{k} {v}' for k, v in res.items()), flush=True)
@@ -95,6 +100,13 @@ def default(cls, key, value):
 if a.exchange:
     import fastai_gpu_tabular.optimizer as O
     default(O.SparseEmbedOpt, 'exchange', a.exchange)
+if a.decode == 'default':
+    import fastai_gpu_tabular.stream as S
+    def _on_cudfs_stream(fns, rgs, columns, names, ys, device, extra_names=(), local=True):
+        "The window as before session 32: `cudf.read_parquet` on cuDF's stream, the tensors made on the same stream"
+        import cudf
+        return S._chunk(cudf.read_parquet(fns, row_groups=rgs, columns=columns), names, ys, device, extra_names)
+    S._cudf_chunk = _on_cudfs_stream
 if a.reader:
     import fastai_gpu_tabular.stream as S
     default(S.ParquetDataLoader, 'reader', a.reader)
