@@ -225,6 +225,8 @@ class ShardTables(Callback):
         rank,world = rank_world()
         self.bounds = shard_bounds(len(m.embeds), world)
         m.__dict__['shard'] = (rank, world, self.bounds)
+        x = m.embeds[0].weight.new_zeros(world)  # NCCL connects each pair of ranks on their first all-to-all: here, not in the first batch
+        torch.distributed.all_to_all_single(torch.empty_like(x), x)
         self.exchange,self.learn.opt.exchange = self.learn.opt.exchange,'local'
 
     def _send_tables(self):
