@@ -143,12 +143,14 @@ class ProcessedSplit:
         device = torch.device(ifnone(device, 'cpu'))
         by_file = {}
         for g in gs: by_file.setdefault(self.groups[g][0], []).append(self.groups[g][1])
-        local = 'file' in self.fs.protocol or self.fs.protocol=='local'
         if device.type=='cuda' and reader=='cudf':
-            fns,rgs = [self.files[i] if local else self.fs.unstrip_protocol(self.files[i]) for i in by_file],list(by_file.values())
-            with torch.cuda.device(device), _naming(', '.join(fns), rgs):
-                return _cudf_chunk(fns, rgs, self.columns+list(extra_names), self.names, self.ys, device, extra_names, local)
+            import cudf
+            fns = [self.fs.unstrip_protocol(self.files[i]) for i in by_file]
+            with torch.cuda.device(device), _naming(', '.join(fns), list(by_file.values())):
+                df = cudf.read_parquet(fns, row_groups=list(by_file.values()), columns=self.columns+list(extra_names))
+            return _chunk(df, self.names, self.ys, device, extra_names)
         import pyarrow as pa, pyarrow.parquet as pq
+        local = 'file' in self.fs.protocol or self.fs.protocol=='local'
         def _one(i, rgs):
             with _naming(self.files[i], rgs):
                 if not local:
@@ -184,44 +186,14 @@ def _side_stream(device)->torch.cuda.Stream:
     if key not in _sides: _sides[key] = torch.cuda.Stream(device)
     return _sides[key]
 
-def _handed_over(t:TabTensors, device)->TabTensors:
-    "Tensors `t` made on this thread's side stream, waited for there, and freed only after the training stream's use"
-    _side_stream(device).synchronize()
-    main = torch.cuda.default_stream(device)
-    return t.apply(lambda x: x.record_stream(main) or x)
-
 def _to_gpu(t:TabTensors, device)->TabTensors:
-    "Host tensors `t` (`cats`, `conts` as (columns, rows)) copied to `device` on a side stream, there (rows, columns)"
-    with torch.cuda.stream(_side_stream(device)):
+    "Host tensors `t` (`cats`, `conts` as (columns, rows)) copied to `device` on a side stream this thread waits for, there (rows, columns)"
+    side,main = _side_stream(device),torch.cuda.default_stream(device)
+    with torch.cuda.stream(side):
         res = t.apply(lambda x: x.pin_memory().to(device, non_blocking=True))
         res.cats,res.conts = res.cats.T.contiguous(),res.conts.T.contiguous()
-    return _handed_over(res, device)
-
-_mr_lock = threading.Lock()
-def _stream_ordered_memory(device):
-    """RMM's memory resource of `device`, first made `CudaAsyncMemoryResource` where it is still cuDF's default (`CudaMemoryResource`,
-    whose `cudaFree` waits for every stream of the device: the training's too); a resource the user set stays"""
-    import rmm
-    with _mr_lock, torch.cuda.device(device):
-        if type(mr := rmm.mr.get_current_device_resource()) is rmm.mr.CudaMemoryResource:
-            rmm.mr.set_current_device_resource(mr := rmm.mr.CudaAsyncMemoryResource())
-    return mr
-
-def _cudf_chunk(fns:list, rgs:list, columns:list, names:dict, ys:list, device, extra_names=(), local:bool=True)->TabTensors:
-    """Row groups `rgs` of part files `fns` decoded by cuDF and made tensors on this thread's side stream: cuDF's own stream is the
-    legacy default stream, where the training's kernels run, so a window decoded there waits for them and they for it (NVTabular's
-    issue #257; on several GPUs every rank then waits for each rank's decodes). Files that are not local are read by `cudf.read_parquet`"""
-    import cudf, pylibcudf as plc
-    side = _side_stream(device)
-    with torch.cuda.stream(side):
-        if local:
-            opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(fns)).build()
-            opts.set_row_groups(rgs); opts.set_column_names(columns)
-            df = cudf.DataFrame.from_pylibcudf(plc.io.parquet.read_parquet(opts, stream=side, mr=_stream_ordered_memory(device)))
-            side.synchronize()  # decoded: cuDF's calls on `df` below run on its own stream
-        else: df = cudf.read_parquet(fns, row_groups=rgs, columns=columns); side.wait_stream(torch.cuda.default_stream(device))
-        t = _chunk(df, names, ys, device, extra_names)
-    return _handed_over(t, device)  # `df`'s memory goes back after the side stream's copies of it are done
+    side.synchronize()
+    return res.apply(lambda x: x.record_stream(main) or x)  # freed later, after the training stream's use
 
 @functools.cache
 def _copy_pool(): return ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix='fgt-copy')
@@ -258,14 +230,10 @@ def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
     t = TabTensors.__new__(TabTensors)
     if is_cudf(frame):
-        import cupy
-        s = torch.cuda.current_stream(device)
-        with cupy.cuda.ExternalStream(s.cuda_stream, s.device_index):  # views of the decoded columns handed to this stream as they are:
-            t.cats,t.conts = _block(frame, names['cat_names'], torch.int32),_block(frame, names['cont_names'], torch.float32)
-            t.ys = torch.stack([col_tensor(frame[y]) for y in ys], 1) if ys else None  # no wait on CuPy's own stream
-        # cuDF's kernels (list lengths, fills) run on its stream: DLPack makes this one wait for them (`torch.as_tensor` would not)
-        t.mh = {m: tuple(torch.from_dlpack(a).to(torch.int64, copy=True) for a in list_values_offsets(frame[m])) for m in names['mh_names']}
-        t.extras = [extra_tensor(frame[n]).clone() for n in extra_names]  # copies: a view of cuDF's memory could go back to it too soon
+        t.cats,t.conts = _block(frame, names['cat_names'], torch.int32),_block(frame, names['cont_names'], torch.float32)
+        t.ys = torch.stack([col_tensor(frame[y]) for y in ys], 1) if ys else None
+        t.mh = {m: tuple(torch.as_tensor(a).long() for a in list_values_offsets(frame[m])) for m in names['mh_names']}
+        t.extras = [extra_tensor(frame[n]) for n in extra_names]
     else:
         pin,col = device.type=='cuda',lambda n: frame.column(n).to_numpy()
         t.cats,t.conts = _host_blocks(frame, [(names['cat_names'], torch.int32), (names['cont_names'], torch.float32)], pin)

@@ -19,9 +19,6 @@ p.add_argument('--trace', action='store_true', help="also: the profiled batches'
 p.add_argument('--links', action='store_true', help="first: the ranks' all-reduce and all-gather bandwidth (16, 64, 256 MB), printed by rank 0")
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
-p.add_argument('--decode', default='side', choices=['side', 'default'],
-               help="cuDF's decode of a window: on the reading thread's stream (the library's), or 'default': on cuDF's own stream, the "
-                    "training's (the library before session 32), the same-run baseline")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 import torch
@@ -100,13 +97,6 @@ def default(cls, key, value):
 if a.exchange:
     import fastai_gpu_tabular.optimizer as O
     default(O.SparseEmbedOpt, 'exchange', a.exchange)
-if a.decode == 'default':
-    import fastai_gpu_tabular.stream as S
-    def _on_cudfs_stream(fns, rgs, columns, names, ys, device, extra_names=(), local=True):
-        "The window as before session 32: `cudf.read_parquet` on cuDF's stream, the tensors made on the same stream"
-        import cudf
-        return S._chunk(cudf.read_parquet(fns, row_groups=rgs, columns=columns), names, ys, device, extra_names)
-    S._cudf_chunk = _on_cudfs_stream
 if a.reader:
     import fastai_gpu_tabular.stream as S
     default(S.ParquetDataLoader, 'reader', a.reader)
