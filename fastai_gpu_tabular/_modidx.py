@@ -408,6 +408,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.model.block_width': ('model.html#block_width', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model.embed_block': ('model.html#embed_block', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model.layer_info': ('model.html#layer_info', 'fastai_gpu_tabular/model.py'),
+                                          'fastai_gpu_tabular.model.link_weights': ( 'model.html#link_weights',
+                                                                                     'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model.load_weights': ( 'model.html#load_weights',
                                                                                      'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model.save_weights': ( 'model.html#save_weights',

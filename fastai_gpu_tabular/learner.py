@@ -162,7 +162,9 @@ def _json_config(config:dict)->dict:
         res['act_cls'] = type(act).__name__
     return res
 
-def save_run(learn:Learner, path)->Path:
+def save_run(learn:Learner, path,
+    weights=None, # A safetensors file that holds `learn.model`'s weights (as `KeepBest` leaves them): linked, not written again
+)->Path:
     "Write `learn`'s procs, model arguments (JSON) and weights (safetensors) to folder `path`: no pickle"
     args = getattr(learn, 'model_args', None)
     if args is None:
@@ -173,7 +175,8 @@ def save_run(learn:Learner, path)->Path:
     rule = getattr(learn.opt_func, 'keywords', {}).get('rule')  # `SparseEmbedOpt`'s: a row-sparse model loads with its rule
     (path/'model.json').write_text(json.dumps(dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__, sparse_rule=rule),
                                               indent=1))
-    save_weights(learn.model, path/'model.safetensors')
+    if weights is None: save_weights(learn.model, path/'model.safetensors')
+    else: link_weights(weights, path/'model.safetensors')
     return path
 
 def load_run(

@@ -9,7 +9,7 @@ from fastai.tabular.all import *
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'block_width', 'embed_block', 'storage_view',
            'table_groups', 'table_plan', 'table_block', 'shard_bounds', 'sharded_block', 'FastTabularModel',
-           'layer_info', 'save_weights', 'load_weights']
+           'layer_info', 'save_weights', 'link_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -348,9 +348,22 @@ _hook.layer_info = layer_info  # `Learner.summary` (fastai's `module_summary`) l
 
 # %% ../nbs/04b_model.ipynb #f2b8d301
 def save_weights(model, fn):
-    "The weights of `model` (a DDP wrapper unwrapped) to safetensors file `fn`"
+    """The weights of `model` (a DDP wrapper unwrapped) to safetensors file `fn`, a new file put in its place: never written into,
+    so a hard link to the old one (`link_weights`) keeps the old weights"""
     from safetensors.torch import save_file
-    save_file({k: v.detach().contiguous().cpu() for k,v in get_model(model).state_dict().items()}, str(fn))
+    tmp = Path(fn).with_name(Path(fn).name + '.tmp')
+    save_file({k: v.detach().contiguous().cpu() for k,v in get_model(model).state_dict().items()}, str(tmp))
+    os.replace(tmp, fn)
+
+def link_weights(src, fn)->int:
+    """Safetensors file `fn` made the weights of file `src` without writing them again: a hard link put in its place (a copy on a
+    file system without links); the bytes written"""
+    tmp = Path(fn).with_name(Path(fn).name + '.tmp')
+    tmp.unlink(missing_ok=True)
+    try: os.link(src, tmp); n = 0
+    except OSError: shutil.copyfile(src, tmp); n = tmp.stat().st_size
+    os.replace(tmp, fn)
+    return n
 
 def load_weights(model, fn, device=None):
     "The weights in safetensors file `fn` into `model` (a DDP wrapper unwrapped), read onto `device` (default: the model's)"

@@ -13,7 +13,7 @@ from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run
-from .model import save_weights, load_weights
+from .model import save_weights, load_weights, link_weights
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
 from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_checkpoint
@@ -63,19 +63,13 @@ class KeepBest(SaveModelCallback):
                 ):
         super().__init__(monitor='valid_loss', fname='best', with_opt=False)
         self.state_fn,self.fn = Path(out)/'best.json',Path(out)/'best.safetensors'
-        self.resume,self.checkpoint,self.bytes,self.kept,self.kept_epoch = resume,checkpoint,0,None,None
+        self.resume,self.checkpoint,self.bytes,self.kept,self.kept_epoch,self.loaded = resume,checkpoint,0,None,None,None
     def _save(self, name):
         "best.safetensors: a link to the checkpoint's weights of this epoch where there is one (else a copy or a write; rank 0 only)"
         if rank_distrib(): return
-        ck,tmp = getattr(self.checkpoint, 'saved', None),self.fn.with_suffix('.tmp')
-        tmp.unlink(missing_ok=True)
-        if ck is not None and ck[:2] == (self.epoch+1, 0):
-            try: os.link(ck[2], tmp)
-            except OSError: shutil.copyfile(ck[2], tmp); self.bytes += tmp.stat().st_size  # a file system without hard links
-        else:
-            save_weights(self.model, tmp)
-            self.bytes += tmp.stat().st_size
-        os.replace(tmp, self.fn)
+        ck = getattr(self.checkpoint, 'saved', None)
+        if ck is not None and ck[:2] == (self.epoch+1, 0): self.bytes += link_weights(ck[2], self.fn)
+        else: save_weights(self.model, self.fn); self.bytes += self.fn.stat().st_size
     def before_fit(self):
         super().before_fit()
         if self.resume and self.state_fn.exists():
@@ -94,7 +88,7 @@ class KeepBest(SaveModelCallback):
     def after_fit(self):
         if not np.isfinite(self.best): return  # stopped before an epoch ended
         distrib_barrier()  # rank 0 wrote the file: the same weights on every rank
-        load_weights(self.model, self.fn)
+        load_weights(self.model, self.fn); self.loaded = self.fn  # the model's weights: `save_run` links the file
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(
@@ -575,7 +569,7 @@ def main(
         ph.s.update(train=timer.seconds, validation=timer.valid_seconds,
                     checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
         ph.lap('validation')
-        save_run(learn, out/'model')  # first: nothing below can lose the trained model (procs, model.json, model.safetensors)
+        save_run(learn, out/'model', getattr(keep, 'loaded', None))  # first: nothing below can lose the trained model
         ph.lap('save')
         report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
                     device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, emb_rule=emb_rule, cuda_graph=bool(cuda_graph),

@@ -96,6 +96,23 @@ def test_the_kept_epochs_metrics_are_those_validated_in_the_fit(tmp_path, monkey
     got = dict(zip(['valid_loss', 'accuracy', 'roc_auc_score'], validate(learn)))  # the kept weights, validated again
     for k, v in got.items(): assert m[k] == pytest.approx(float(v), abs=1e-6), k
 
+def test_the_saved_model_links_the_kept_weights_and_a_later_save_leaves_them(tmp_path):
+    """model/model.safetensors is the kept epoch's file (a hard link: the weights are not written again); saving other weights over
+    it writes a new file, so best.safetensors and the checkpoint keep theirs"""
+    from safetensors.torch import load_file
+    from fastai_gpu_tabular.learner import save_run
+    learn = main(data='synth', rows=3_000, epochs=2, bs=256, lr=3e-3, cpu=True, out=str(tmp_path/'r'), layers='32', opt='adam')
+    out = tmp_path/'r'
+    assert (out/'model'/'model.safetensors').samefile(out/'best.safetensors')
+    kept = load_file(str(out/'best.safetensors'))
+    for k, v in learn.model.state_dict().items(): assert torch.equal(v, kept[k]), k
+    name, p = next(iter(learn.model.named_parameters()))
+    with torch.no_grad(): p.add_(1)
+    save_run(learn, out/'model')
+    assert not (out/'model'/'model.safetensors').samefile(out/'best.safetensors')
+    assert all(torch.equal(v, kept[k]) for k, v in load_file(str(out/'best.safetensors')).items())  # untouched
+    assert torch.equal(load_file(str(out/'model'/'model.safetensors'))[name], kept[name] + 1)
+
 def test_lean_checkpoints_write_the_weights_once_and_keep_the_best_by_a_link(tmp_path):
     "A checkpoint writes at most the weights and the optimizer state; the best epoch is a hard link to its checkpoint's weights"
     from safetensors.torch import load_file
@@ -106,6 +123,6 @@ def test_lean_checkpoints_write_the_weights_once_and_keep_the_best_by_a_link(tmp
     weights = list(out.glob('checkpoint-*.safetensors'))
     assert len(weights) == 1 and (out/'checkpoint.pth').exists() and not (out/'best.pth').exists()
     best = json.loads((out/'best.json').read_text())['epoch']
-    assert (out/'best.safetensors').stat().st_nlink == (2 if best == 2 else 1)  # the last epoch's: the same file as the checkpoint's
+    assert (out/'best.safetensors').stat().st_nlink == (3 if best == 2 else 2)  # the model's, and the last epoch's checkpoint's
     kept = load_file(str(out/'best.safetensors'))
     for k, v in learn.model.state_dict().items(): assert torch.equal(v, kept[k]), k  # the run ends on the best epoch's weights
