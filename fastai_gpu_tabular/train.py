@@ -4,7 +4,8 @@
 
 # %% ../nbs/08_train.ipynb #9a77ed33
 from __future__ import annotations
-import json, os, shutil, socket, time
+import functools, json, os, shutil, socket, sys, time
+from fastcore.script import is_cli
 from contextlib import contextmanager
 from fastai.tabular.all import *
 from fastai.distributed import *
@@ -27,7 +28,7 @@ __all__ = ['RUN_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH
            'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'parse_layers',
            'check_args', 'finished', 'run_lock', 'claim_out', 'run_settings', 'check_run', 'check_processed_names',
            'read_step', 'table_params', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step',
-           'model_memory', 'fit_step', 'report_step', 'main', 'predict', 'warn_unseen', 'predict_cli']
+           'model_memory', 'fit_step', 'report_step', 'end_ranks', 'main', 'predict', 'warn_unseen', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -455,7 +456,24 @@ def report_step(learn, out:Path, ph, timer, final, **info)->dict:
     return res
 
 # %% ../nbs/08_train.ipynb #5d2e8b17
+def end_ranks():
+    """The end of a launched rank once `fgt-train`'s work is done: out at once, without the interpreter's teardown, where gloo's C++
+    threads could abort a rank whose work was done (SIGABRT, 'terminate called without an active exception': the launch fails);
+    nothing on one process"""
+    if int(os.environ.get('WORLD_SIZE', '1')) < 2: return
+    sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
+
+def _ends_ranks(f):
+    "`f`, then `end_ranks` where a command line (`fgt-train`, `python -m fastai_gpu_tabular.train`) ran it"
+    @functools.wraps(f)
+    def _g(*args, **kwargs):
+        res = f(*args, **kwargs)
+        if is_cli(): end_ranks()
+        return res
+    return _g
+
 @call_parse
+@_ends_ranks
 def main(
     data:str='movielens', # 'movielens', 'synth', 'synth-criteo' (`--rows`), a .parquet/.csv file, parquet folder/glob, a processed folder
     cat_names:str=None, # Categorical columns, comma-separated (default: the built-in data's)

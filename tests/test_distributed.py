@@ -100,6 +100,16 @@ def test_ranks_with_sharded_tables_match_one_process(tmp_path, n):
     assert json.loads((many/'run.json').read_text())['shard_tables'] is True
     assert json.loads((many/'metrics.json').read_text())['tables_by_rank'] == [[r*4//n, (r+1)*4//n] for r in range(n)]  # 4 tables
 
+@pytest.mark.parametrize('world', [1, 2])
+def test_a_launched_rank_ends_without_the_interpreters_teardown(world):
+    """`end_ranks` (what `fgt-train`'s command line runs after its work): on a rank of several, out at once with status 0, no
+    teardown (gloo's C++ threads there aborted ranks); on one process, nothing"""
+    code = ("import atexit, os; atexit.register(print, 'teardown'); from fastai_gpu_tabular.train import end_ranks; "
+            "print('done', flush=True); end_ranks(); print('after')")
+    r = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, WORLD_SIZE=str(world), PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and r.stdout.split() == (['done'] if world > 1 else ['done', 'after', 'teardown']), r.stdout + r.stderr
+
 def test_resumed_sharded_run_ends_like_a_whole_run(tmp_path):
     "`--shard-tables` stopped mid-epoch and resumed: each rank's tables and their optimizer state reach the checkpoint (rank 0's)"
     common = ('--bs', 400, '--epochs', 2, '--checkpoint-every', 5, '--layers', '64,32', '--emb-opt', 'rowwise-adagrad', '--emb-rule',
