@@ -89,7 +89,8 @@ class KeepBest(SaveModelCallback):
     def after_fit(self):
         if not np.isfinite(self.best): return  # stopped before an epoch ended
         distrib_barrier()  # rank 0 wrote the file: the same weights on every rank
-        load_weights(self.model, self.fn); self.loaded = self.fn  # the model's weights: `save_run` links the file
+        if self.kept_epoch != self.epoch: load_weights(self.model, self.fn)  # else the model is the file already (read back: 1.2 GB a rank)
+        self.loaded = self.fn  # the model's weights: `save_run` links the file
 
 # %% ../nbs/08_train.ipynb #bfcf5540
 def parse_metrics(

@@ -113,6 +113,19 @@ def test_the_saved_model_links_the_kept_weights_and_a_later_save_leaves_them(tmp
     assert all(torch.equal(v, kept[k]) for k, v in load_file(str(out/'best.safetensors')).items())  # untouched
     assert torch.equal(load_file(str(out/'model'/'model.safetensors'))[name], kept[name] + 1)
 
+@pytest.mark.parametrize('epochs,lr,kept', [(1, 3e-3, 0), (3, 3e-3, 2), (3, 3e-2, 0)])  # at 3e-2 the first epoch stays the best
+def test_the_best_weights_are_read_back_only_when_they_are_not_the_models(tmp_path, monkeypatch, epochs, lr, kept):
+    "`KeepBest` reads best.safetensors into the model at the fit's end only when a later epoch trained after it; either way they match"
+    from safetensors.torch import load_file
+    import fastai_gpu_tabular.train as T
+    loads, load = [], T.load_weights
+    monkeypatch.setattr(T, 'load_weights', lambda *a, **k: loads.append(1) or load(*a, **k))
+    learn = main(data='synth', rows=3_000, epochs=epochs, bs=256, lr=lr, cpu=True, out=str(tmp_path/'r'), layers='32', opt='adam')
+    assert json.loads((tmp_path/'r'/'best.json').read_text())['epoch'] == kept
+    assert len(loads) == (kept != epochs - 1)
+    best = load_file(str(tmp_path/'r'/'best.safetensors'))
+    for k, v in learn.model.state_dict().items(): assert torch.equal(v, best[k]), k
+
 def test_lean_checkpoints_write_the_weights_once_and_keep_the_best_by_a_link(tmp_path):
     "A checkpoint writes at most the weights and the optimizer state; the best epoch is a hard link to its checkpoint's weights"
     from safetensors.torch import load_file
