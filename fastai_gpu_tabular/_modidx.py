@@ -182,6 +182,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                             'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.ShardTables._send_tables': ( 'distributed.html#shardtables._send_tables',
                                                                                                              'fastai_gpu_tabular/distributed.py'),
+                                                'fastai_gpu_tabular.distributed.ShardTables.after_batch': ( 'distributed.html#shardtables.after_batch',
+                                                                                                            'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.ShardTables.after_fit': ( 'distributed.html#shardtables.after_fit',
                                                                                                           'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.ShardTables.before_checkpoint': ( 'distributed.html#shardtables.before_checkpoint',

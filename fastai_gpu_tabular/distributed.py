@@ -212,9 +212,9 @@ class ShardTables(Callback):
     table row is exchanged (`SparseEmbedOpt(exchange='local')`). Before validation and at the fit's end each rank's tables go to
     every rank, which then validates, checkpoints and saves the whole model as one process would"""
     order = 9  # after `SparseEmbeddingGrads` (8), which sends rank 0's weights to every rank
-    on,bounds = False,None  # `bounds`: each rank's tables (`shard_bounds`) in the last fit that sharded them
+    on,bounds,synced = False,None,False  # `bounds`: each rank's tables (`shard_bounds`); `synced`: every rank has them, none trained since
     def before_fit(self):
-        m = get_model(self.model)
+        m,self.synced = get_model(self.model),False
         self.on = distributed() and getattr(m, 'sparse', False) and len(getattr(m, 'embeds', ())) > 0
         if not self.on: return
         if not isinstance(self.learn.opt, SparseEmbedOpt): raise ValueError(
@@ -230,10 +230,12 @@ class ShardTables(Callback):
         self.exchange,self.learn.opt.exchange = self.learn.opt.exchange,'local'
 
     def _send_tables(self):
-        "Each rank's tables to every rank"
+        "Each rank's tables to every rank, unless they trained on no batch since they were last sent"
+        if self.synced: return
         embeds = get_model(self.model).embeds
         for r,(a,b) in enumerate(self.bounds):
             for e in embeds[a:b]: torch.distributed.broadcast(e.weight.data, r)
+        self.synced = True
 
     def _send_state(self):
         "Each rank's tables' optimizer state (by `SparseEmbedOpt`'s rule) to every rank"
@@ -252,11 +254,13 @@ class ShardTables(Callback):
     def before_checkpoint(self):
         "`Checkpoint`'s, on every rank before rank 0 saves: the tables and their optimizer state as one process would have them"
         if self.on: self._send_tables(); self._send_state()
+    def after_batch(self):
+        if self.training: self.synced = False
     def before_validate(self):
         if self.on: self._send_tables()
     def after_fit(self):
         if not self.on: return
-        self._send_tables(); self.on = False
+        self._send_tables(); self.on,self.synced = False,False
         get_model(self.model).__dict__.pop('shard', None); self.learn.opt.exchange = self.exchange
     after_cancel_fit = after_fit
 
