@@ -35,9 +35,12 @@ def test_equals_fastai_model_fp32(train):
         torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-5)
         torch.nn.functional.cross_entropy(ya, xc[:, 2] % 2).backward(); torch.nn.functional.cross_entropy(yb, xc[:, 2] % 2).backward()
         for (n, p), q in zip(a.named_parameters(), b.parameters()):  # the default message says where and by how much
-            # atol 1e-5 as the outputs': at 1e-6 the fourth step's embedding gradients failed twice on an H200 (365 of 3M elements
-            # 3.4e-6 apart, the two models' matmuls summing in other orders), and a wrong gather or scale is off by far more
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f'step {step}, {n}: {m}')
+            # the two models' matmuls sum in other orders: at atol 1e-6 the fourth step's embedding gradients failed twice on an H200
+            # (365 of 3M elements 3.4e-6 apart), at 1e-5 its first layer's once in 10 runs (2 of 622,080 elements 9.7e-5 apart, 2 H200s,
+            # session 33); so each element within 2e-4 and the whole gradient within 1e-4 of its norm: a wrong gather or scale is off
+            # by far more
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=2e-4, msg=lambda m: f'step {step}, {n}: {m}')
+            assert (q.grad - p.grad).norm() <= 1e-4 * p.grad.norm(), (step, n)
         opt_a.step(); opt_b.step(); opt_a.zero_grad(); opt_b.zero_grad()
     sa, sb = a.state_dict(), b.state_dict()
     assert list(sa) == list(sb)
