@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_stream.ipynb #76df0fc4
 from __future__ import annotations
-import functools, json, os, random, tempfile, threading, time
+import ctypes, functools, json, os, random, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
@@ -16,7 +16,8 @@ from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['STREAM_MAX_BYTES', 'read_dataset_info', 'is_processed', 'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
+__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'STREAM_MAX_BYTES', 'read_dataset_info', 'is_processed', 'ProcessedSplit',
+           'default_mem_bytes', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -54,6 +55,54 @@ def _procs(fs, root):
         return load_procs(d)
 
 # %% ../nbs/04c_stream.ipynb #119d3c86
+CUDF_FROM_HOST = True  # cuDF decodes local part files from host bytes on a side stream: its read of a path waits for the whole device
+READ_PIECE = 16 << 20  # bytes of a file read by one thread at a time
+
+def _row_group_spans(md)->list:
+    "(first byte, end) of each row group of parquet footer `md`: its column chunks, dictionary pages included"
+    res = []
+    for j in range(md.num_row_groups):
+        cs = [md.row_group(j).column(k) for k in range(md.row_group(j).num_columns)]
+        starts = [c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in cs]
+        res.append((min(starts), max(s+c.total_compressed_size for s,c in zip(starts, cs))))
+    return res
+
+def _read_ranges(spans:list, rgs:list, size:int)->list:
+    "Byte ranges of a file of `size` bytes that row groups `rgs` need: all but the `spans` of the others (footer, indexes, magic kept)"
+    res,at = [],0
+    for a,b in sorted(s for j,s in enumerate(spans) if j not in set(rgs)):
+        if a > at: res.append((at, a))
+        at = max(at, b)
+    return res + ([(at, size)] if at < size else [])
+
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype,_new_bytes.argtypes = ctypes.py_object,[ctypes.c_char_p, ctypes.c_ssize_t]
+
+def _unwritten_bytes(n:int, fill:int|None=None)->tuple:
+    "(`bytes` of length `n` not written, so its untouched pages take no memory; a writable view of it); `fill`: every byte set to it"
+    b = _new_bytes(None, n)
+    if not n: return b,memoryview(bytearray())
+    addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
+    if fill is not None: ctypes.memset(addr, fill, n)
+    return b,memoryview((ctypes.c_char*n).from_address(addr)).cast('B')
+
+def _read_into(path:str, view, ranges:list):
+    "Byte `ranges` of file `path` read into the same offsets of `view`, `READ_PIECE` bytes a task on the copy threads"
+    fd = os.open(path, os.O_RDONLY)
+    def one(a, b):
+        while a < b:
+            if (n := os.preadv(fd, [view[a:b]], a)) <= 0: raise EOFError(f"{path} ends before byte {b:,}, which its footer names")
+            a += n
+    try:
+        for f in [_copy_pool().submit(one, a, min(a+READ_PIECE, hi)) for lo,hi in ranges for a in range(lo, hi, READ_PIECE)]: f.result()
+    finally: os.close(fd)
+
+@functools.cache
+def _async_mr(index:int):
+    "RMM's stream-ordered memory resource on device `index`: a decoded window is freed on its stream, not by a device-wide `cudaFree`"
+    import rmm
+    with torch.cuda.device(index): return rmm.mr.CudaAsyncMemoryResource()
+
 @contextmanager
 def _naming(fn:str, row_groups):
     "Errors of reading `row_groups` of part file(s) `fn` (a damaged page, a truncated file) re-raised naming them"
@@ -82,11 +131,11 @@ class ProcessedSplit:
         self.procs,names = self.procs_names
         self.names = {k: list(names.get(k, [])) for k in ('cat_names','mh_names','cont_names','y_names')}
         self.files = [f'{self.root}/{f}' for f in info[split]['files']]
-        groups,ref,self.stats = [],None,{}  # groups: (file index, row group, rows, bytes); stats: {file: {column: (min, max, nulls)}}
+        groups,ref,self.stats,self.spans = [],None,{},[]  # groups: (file, row group, rows, bytes); stats: {file: {col: (min, max, nulls)}}
         first = (info['train']['files'] + info['valid']['files'])[:1]  # the schema every part must have (a split may have no parts)
         for i,f in enumerate([f'{self.root}/{f}' for f in first] + self.files):
             try:
-                with self.fs.open(f, 'rb') as fh: pf = pq.ParquetFile(fh); md,schema = pf.metadata,pf.schema_arrow
+                with self.fs.open(f, 'rb') as fh: pf = pq.ParquetFile(fh); md,schema,size = pf.metadata,pf.schema_arrow,fh.seek(0, 2)
             except Exception as e: raise ValueError(f"{f}: cannot read it as parquet ({type(e).__name__}: {e})") from None
             if ref is None:
                 self.ys = [y for y in self.names['y_names'] if y in schema.names]
@@ -100,6 +149,7 @@ class ProcessedSplit:
             if i==0 and first: continue  # the reference file, read for its schema
             i -= bool(first)
             self.stats[f] = _column_stats(md, self.columns)
+            self.spans.append((_row_group_spans(md), size))  # where each row group's pages lie, the file's bytes
             for j in range(md.num_row_groups):
                 rg = md.row_group(j)
                 mh = sum(8*(rg.num_rows+1) + 8*sum(rg.column(k).num_values for k in ks) for ks in leaves)
@@ -143,14 +193,15 @@ class ProcessedSplit:
         device = torch.device(ifnone(device, 'cpu'))
         by_file = {}
         for g in gs: by_file.setdefault(self.groups[g][0], []).append(self.groups[g][1])
+        local = 'file' in self.fs.protocol or self.fs.protocol=='local'
         if device.type=='cuda' and reader=='cudf':
             import cudf
             fns = [self.fs.unstrip_protocol(self.files[i]) for i in by_file]
             with torch.cuda.device(device), _naming(', '.join(fns), list(by_file.values())):
+                if CUDF_FROM_HOST and local and not extra_names and not self.names['mh_names']: return self._cudf_side(by_file, device)
                 df = cudf.read_parquet(fns, row_groups=list(by_file.values()), columns=self.columns+list(extra_names))
             return _chunk(df, self.names, self.ys, device, extra_names)
         import pyarrow as pa, pyarrow.parquet as pq
-        local = 'file' in self.fs.protocol or self.fs.protocol=='local'
         def _one(i, rgs):
             with _naming(self.files[i], rgs):
                 if not local:
@@ -159,6 +210,30 @@ class ProcessedSplit:
                 return self._local_file(i).read_row_groups(rgs, columns=self.columns+list(extra_names))
         tbl = pa.concat_tables([_one(i, rgs) for i,rgs in by_file.items()])
         return _chunk(tbl, self.names, self.ys, device, extra_names)
+
+    def _host_file(self, i:int, rgs:list, fill:int|None=None)->bytes:
+        "Local part file `i` as `bytes` of its length holding what row groups `rgs` need: all but the other row groups' pages"
+        spans,size = self.spans[i]
+        b,view = _unwritten_bytes(size, fill)
+        _read_into(self.files[i], view, _read_ranges(spans, rgs, size))
+        return b
+
+    def _cudf_side(self, by_file:dict, device)->TabTensors:
+        "Row groups {file: [row group]} decoded by cuDF from host bytes on this thread's side stream, handed to the training stream"
+        import cudf, cupy, pylibcudf as plc
+        from cuda.bindings import runtime
+        side,main = _side_stream(device),torch.cuda.default_stream(device)
+        srcs = [self._host_file(i, rgs) for i,rgs in by_file.items()]
+        opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(srcs)).columns(self.columns)
+        opts = opts.use_pandas_metadata(False).build()
+        opts.set_row_groups(list(by_file.values()))
+        with torch.cuda.stream(side), cupy.cuda.ExternalStream(side.cuda_stream):
+            stream,mr = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device())
+            tbl = plc.io.parquet.read_parquet(opts, stream=stream, mr=mr)
+            t = _chunk(cudf.DataFrame.from_pylibcudf(tbl), self.names, self.ys, device)
+            del tbl
+        side.synchronize()
+        return t.apply(lambda x: x.record_stream(main) or x)
 
     def _local_file(self, i:int):
         "Part file `i` opened by pyarrow (its own reads, the footer parsed once), one per reading thread; not mmap-ed (pages count as RSS)"
@@ -347,10 +422,18 @@ class ParquetDataLoader(BatchDataLoader):
         at = dict(zip(gs, np.cumsum([0]+[int(self.src.rows[g]) for g in gs])))
         idx = torch.cat([torch.arange(at[g]+lo, at[g]+hi) for g,lo,hi in win])
         if perm is not None: idx = idx[perm.result()]
+        if t.device.type!='cuda': return self._check_mh(t),idx
+        side = _side_stream(t.device)  # the training stream has work queued: a copy or check there would wait for all of it
+        with torch.cuda.stream(side): self._check_mh(t); idx = idx.pin_memory().to(t.device, non_blocking=True)
+        side.synchronize()
+        return t,idx.record_stream(torch.cuda.default_stream(t.device)) or idx
+
+    def _check_mh(self, t:TabTensors)->TabTensors:
+        "`t`, once its multi-hot rows are known to fit `mh_width`"
         for m,(v,o) in t.mh.items():
             if isinstance(self.mh_width, int) and (n := bag_width(o)) > self.mh_width: raise ValueError(
                 f"multi-hot column {m!r} has rows of {n} codes, more than `mh_width`={self.mh_width}: pass at least {n}")
-        return t,idx.to(t.device)
+        return t
 
     def mh_widths(self, t=None)->list: return [self.mh_width]*len(self.dataset.mh_names)
 

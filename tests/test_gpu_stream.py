@@ -1,6 +1,6 @@
 """GPU suite for the streaming loader (`pytest -m gpu`, `-m gpu2`): cuDF reads straight to the device through DLPack, the
 batches of the CPU (pyarrow) reader, training from parquet, and two ranks under `distrib_ctx` with equal batch counts."""
-import json
+import json, time
 import numpy as np, pytest, torch
 from fastai.tabular.all import ProgressCallback, RocAucBinary, set_seed, to_device
 from fastai.tabular.data import TabularDataLoaders
@@ -52,6 +52,29 @@ def test_windows_memory_is_reused_window_after_window(tmp_path):
     peak, win, n = window_memory(to.to_parquet(tmp_path/'clicks', row_group_rows=16_384))
     # 8.9 windows measured on an H200, 12.01 at times on an H100 (the reading thread's timing); a stream a window kept 136
     assert n >= 8 and peak <= 16*win, (peak, win, n)
+
+def busy(seconds):
+    "Queue about `seconds` of one kernel on the training (default) stream"
+    torch.cuda.synchronize(); t0 = time.perf_counter(); torch.cuda._sleep(10**8); torch.cuda.synchronize()
+    torch.cuda._sleep(int(seconds/(time.perf_counter()-t0)*10**8))
+
+@pytest.mark.gpu
+def test_a_window_decodes_beside_the_busy_training_stream(tmp_path):
+    "A window's read, cuDF's decode and its row order's copy go on while the training stream has a second of work queued"
+    to = TabularGPU(synth_criteo(300_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
+                    splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
+    path = to.to_parquet(tmp_path/'clicks', row_group_rows=16_384)
+    kw = dict(bs=4096, shuffle=True, seed=0, mem_bytes=40 << 20)
+    dl = ParquetDataLoader(path, device='cuda', **kw)
+    win = dl.windows(0)[1]
+    assert dl.reader == 'cudf' and len({dl.src.groups[g][0] for g, _, _ in win}) >= 1
+    dl.load(win, 1, 0)  # first kernels, the side stream, the memory pool
+    busy(1.0)
+    t0 = time.perf_counter(); t, idx = dl.load(win, 1, 0); took = time.perf_counter() - t0
+    assert not torch.cuda.default_stream().query() and took < 0.5, took  # done while the training stream was still busy
+    c, ci = ParquetDataLoader(path, device='cpu', **kw).load(win, 1, 0)
+    for k in ('cats', 'conts', 'ys'): assert torch.equal(getattr(t, k).cpu(), getattr(c, k)), k
+    assert torch.equal(idx.cpu(), ci)
 
 @pytest.mark.gpu
 def test_training_from_parquet_on_the_gpu(ml):

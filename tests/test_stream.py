@@ -275,3 +275,23 @@ def test_write_parts_holds_at_most_threads_frames_and_keeps_order(tmp_path, monk
         return {'file': i, 'rows': len(df)}
     monkeypatch.setattr(tab, 'write_part', bad)
     with pytest.raises(OSError, match='disk full'): tab.write_parts(items(), tmp_path, 100, threads=2)
+
+def test_a_part_files_host_bytes_hold_what_its_row_groups_read(big, monkeypatch):
+    "The bytes cuDF decodes a window from (`_host_file`): the row groups asked for read as from the file, the others left unread"
+    import fastai_gpu_tabular.stream as st
+    monkeypatch.setattr(st, 'READ_PIECE', 4096)  # many pieces on the copy threads, some ending inside a row group
+    src = ProcessedSplit(big[1])
+    f, want = src.files[0], [1, 3]
+    spans, size = src.spans[0]
+    assert size == os.path.getsize(f) and len(spans) == pq.ParquetFile(f).metadata.num_row_groups > 3
+    b = src._host_file(0, want, fill=0xAB)
+    assert isinstance(b, bytes) and len(b) == size
+    pf = pq.ParquetFile(pa.BufferReader(b))
+    assert pf.read_row_groups(want).equals(pq.ParquetFile(f).read_row_groups(want))
+    raw = open(f, 'rb').read()
+    for j, (a, e) in enumerate(spans):  # a row group not asked for is left unread (marked), one asked for is the file's bytes
+        assert (b[a:e] == raw[a:e]) == (j in want) and (j in want or set(b[a:e]) == {0xAB})
+    unread = sum(e-a for j, (a, e) in enumerate(spans) if j not in want)
+    assert sum(x != y for x, y in zip(b, raw)) <= unread and b[:4] == b[-4:] == b'PAR1'
+    assert st._read_ranges([(4, 10), (10, 20), (20, 30)], [1], 40) == [(0, 4), (10, 20), (30, 40)]
+    with pytest.raises(Exception): pq.ParquetFile(pa.BufferReader(b)).read_row_groups([0])

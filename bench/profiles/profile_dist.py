@@ -19,6 +19,8 @@ p.add_argument('--trace', action='store_true', help="also: the profiled batches'
 p.add_argument('--links', action='store_true', help="first: the ranks' all-reduce and all-gather bandwidth (16, 64, 256 MB), printed by rank 0")
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
+p.add_argument('--decode', default='host', choices=['host', 'path'],
+               help="cuDF's source for local part files: 'host' bytes on a side stream (the library's), or 'path' on cuDF's stream (before)")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 import torch
@@ -97,8 +99,9 @@ def default(cls, key, value):
 if a.exchange:
     import fastai_gpu_tabular.optimizer as O
     default(O.SparseEmbedOpt, 'exchange', a.exchange)
+import fastai_gpu_tabular.stream as S
+S.CUDF_FROM_HOST = a.decode == 'host'
 if a.reader:
-    import fastai_gpu_tabular.stream as S
     default(S.ParquetDataLoader, 'reader', a.reader)
 
 for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
