@@ -224,7 +224,7 @@ class ProcessedSplit:
         from cuda.bindings import runtime
         side,main = _side_stream(device),torch.cuda.default_stream(device)
         srcs = [self._host_file(i, rgs) for i,rgs in by_file.items()]
-        opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(srcs)).columns(self.columns)
+        opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(srcs)).column_names(self.columns)
         opts = opts.use_pandas_metadata(False).build()
         opts.set_row_groups(list(by_file.values()))
         with torch.cuda.stream(side), cupy.cuda.ExternalStream(side.cuda_stream):
