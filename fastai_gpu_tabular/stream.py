@@ -99,9 +99,13 @@ def _read_into(path:str, view, ranges:list):
 
 @functools.cache
 def _async_mr(index:int):
-    "RMM's stream-ordered memory resource on device `index`: a decoded window is freed on its stream, not by a device-wide `cudaFree`"
+    """RMM's stream-ordered memory resource on device `index`, made cuDF's there too where cuDF's default (`cudaMalloc`) is still set:
+    a window and libcudf's temporaries are freed on their stream, not by a `cudaFree`, which waits for all the device's work"""
     import rmm
-    with torch.cuda.device(index): return rmm.mr.CudaAsyncMemoryResource()
+    with torch.cuda.device(index):
+        mr = rmm.mr.CudaAsyncMemoryResource()
+        if type(rmm.mr.get_per_device_resource(index)) is rmm.mr.CudaMemoryResource: rmm.mr.set_per_device_resource(index, mr)
+        return mr
 
 @contextmanager
 def _naming(fn:str, row_groups):
@@ -200,7 +204,7 @@ class ProcessedSplit:
             with torch.cuda.device(device), _naming(', '.join(fns), list(by_file.values())):
                 if CUDF_FROM_HOST and local and not extra_names and not self.names['mh_names']: return self._cudf_side(by_file, device)
                 df = cudf.read_parquet(fns, row_groups=list(by_file.values()), columns=self.columns+list(extra_names))
-            return _chunk(df, self.names, self.ys, device, extra_names)
+                return _chunk(df, self.names, self.ys, device, extra_names)  # on `device`: a reading thread starts on device 0
         import pyarrow as pa, pyarrow.parquet as pq
         def _one(i, rgs):
             with _naming(self.files[i], rgs):
@@ -227,7 +231,8 @@ class ProcessedSplit:
         opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(srcs)).column_names(self.columns)
         opts = opts.use_pandas_metadata(False).build()
         opts.set_row_groups(list(by_file.values()))
-        with torch.cuda.stream(side), cupy.cuda.ExternalStream(side.cuda_stream):
+        cp_side = cupy.cuda.Stream.from_external(side) if hasattr(side, '__cuda_stream__') else cupy.cuda.ExternalStream(side.cuda_stream)
+        with torch.cuda.stream(side), cp_side:
             stream,mr = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device())
             tbl = plc.io.parquet.read_parquet(opts, stream=stream, mr=mr)
             t = _chunk(cudf.DataFrame.from_pylibcudf(tbl), self.names, self.ys, device)
@@ -424,7 +429,7 @@ class ParquetDataLoader(BatchDataLoader):
         if perm is not None: idx = idx[perm.result()]
         if t.device.type!='cuda': return self._check_mh(t),idx
         side = _side_stream(t.device)  # the training stream has work queued: a copy or check there would wait for all of it
-        with torch.cuda.stream(side): self._check_mh(t); idx = idx.pin_memory().to(t.device, non_blocking=True)
+        with torch.cuda.device(t.device), torch.cuda.stream(side): self._check_mh(t); idx = idx.pin_memory().to(t.device, non_blocking=True)
         side.synchronize()
         return t,idx.record_stream(torch.cuda.default_stream(t.device)) or idx
 
