@@ -59,8 +59,10 @@ def busy(seconds):
     torch.cuda._sleep(int(seconds/(time.perf_counter()-t0)*10**8))
 
 @pytest.mark.gpu
-def test_a_window_decodes_beside_the_busy_training_stream(tmp_path):
-    "A window's read, cuDF's decode and its row order's copy go on while the training stream has a second of work queued"
+def test_a_window_decodes_beside_the_busy_training_stream(tmp_path, monkeypatch):
+    "A window's read, cuDF's decode (from host bytes, as under several ranks) and its row order's copy go on beside a busy training stream"
+    import fastai_gpu_tabular.stream as st
+    monkeypatch.setattr(st, 'CUDF_FROM_HOST', True)
     to = TabularGPU(synth_criteo(300_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],
                     splits=RandomRowSplit(0.2, 0), y_block=CategoryBlock(), **CRITEO_SCHEMA)
     path = to.to_parquet(tmp_path/'clicks', row_group_rows=16_384)

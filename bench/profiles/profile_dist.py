@@ -19,8 +19,8 @@ p.add_argument('--trace', action='store_true', help="also: the profiled batches'
 p.add_argument('--links', action='store_true', help="first: the ranks' all-reduce and all-gather bandwidth (16, 64, 256 MB), printed by rank 0")
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
-p.add_argument('--decode', default='host', choices=['host', 'path'],
-               help="cuDF's source for local part files: 'host' bytes on a side stream (the library's), or 'path' on cuDF's stream (before)")
+p.add_argument('--decode', default='auto', choices=['auto', 'host', 'path'],
+               help="cuDF's source for local part files: 'host' bytes on a side stream, 'path' on cuDF's stream, 'auto' the library's rule")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 import torch
@@ -100,7 +100,7 @@ if a.exchange:
     import fastai_gpu_tabular.optimizer as O
     default(O.SparseEmbedOpt, 'exchange', a.exchange)
 import fastai_gpu_tabular.stream as S
-S.CUDF_FROM_HOST = a.decode == 'host'
+S.CUDF_FROM_HOST = dict(auto=None, host=True, path=False)[a.decode]
 if a.reader:
     default(S.ParquetDataLoader, 'reader', a.reader)
 
