@@ -706,6 +706,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                       'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ParquetDataLoader._one_pass': ( 'stream.html#parquetdataloader._one_pass',
                                                                                                       'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream.ParquetDataLoader._row_bytes': ( 'stream.html#parquetdataloader._row_bytes',
+                                                                                                       'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ParquetDataLoader._stream': ( 'stream.html#parquetdataloader._stream',
                                                                                                     'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ParquetDataLoader.batches': ( 'stream.html#parquetdataloader.batches',

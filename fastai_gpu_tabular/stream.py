@@ -16,8 +16,8 @@ from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'STREAM_MAX_BYTES', 'read_dataset_info', 'is_processed', 'ProcessedSplit',
-           'default_mem_bytes', 'ParquetDataLoader']
+__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'STREAM_MAX_BYTES', 'FIRST_WINDOW_BATCHES', 'read_dataset_info', 'is_processed',
+           'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -333,6 +333,7 @@ def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
 
 # %% ../nbs/04c_stream.ipynb #dd051901
 STREAM_MAX_BYTES = 2*2**30  # the default `mem_bytes` at most: windows of ~650 MB with two read ahead
+FIRST_WINDOW_BATCHES = 8  # an epoch's first window: about this many batches (or one row group), all the first batch waits for
 
 def default_mem_bytes(device=None)->int:
     """`ParquetDataLoader`'s `mem_bytes` when none is given: 1/4 of the device's free memory, at most `STREAM_MAX_BYTES`: the
@@ -380,11 +381,15 @@ class ParquetDataLoader(BatchDataLoader):
         self.n,self.mem_bytes,self.log = self.src.n,mem_bytes,None
         self.window_bytes()
 
+    def _row_bytes(self)->int:
+        "The most bytes a row of a row group takes as tensors"
+        return int((self.src.nbytes/np.maximum(self.src.rows, 1)).max(initial=0))+1
+
     def window_bytes(self)->int:
         "Bytes of the row groups a window reads: `mem_bytes` less two batches, shared by the window in use and the `prefetch` read ahead"
         mem,k = self.mem_bytes or default_mem_bytes(self.device),self.prefetch+1
         if not len(self.src.groups): return mem
-        per_row = int((self.src.nbytes/np.maximum(self.src.rows, 1)).max())+1
+        per_row = self._row_bytes()
         res,biggest = (mem - 2*self.bs*per_row)//k,int(self.src.nbytes.max())
         if res < biggest: raise ValueError(
             f"`mem_bytes`={mem:,} is too small for {self.src.path}: "
@@ -402,8 +407,9 @@ class ParquetDataLoader(BatchDataLoader):
         return [(a,b) for a,b in res if b > a]
 
     def windows(self, epoch:int|None=None)->list[list[tuple[int,int,int]]]:
-        "This rank's windows of `epoch`: lists of (row group, first row, end row), each window's row groups within `window_bytes()`"
+        "This rank's windows of `epoch`: lists of (row group, first row, end row), each within `window_bytes()`, the first smaller"
         src,budget = self.src,self.window_bytes()
+        first = min(budget, max(int(src.nbytes.max(initial=0)), FIRST_WINDOW_BATCHES*self.bs*self._row_bytes()))
         order = np.arange(len(src.groups))
         if self.shuffle:
             g = torch.Generator().manual_seed(hash((self.seed, ifnone(epoch, self.epoch))) % 2**63)
@@ -415,7 +421,7 @@ class ParquetDataLoader(BatchDataLoader):
             while i < len(order) and starts[i] < b:
                 g = int(order[i])
                 add = 0 if any(s[0]==g for s in cur) else int(src.nbytes[g])
-                if cur and used+add > budget: res.append(cur); cur,used,add = [],0,int(src.nbytes[g])
+                if cur and used+add > (budget if res else first): res.append(cur); cur,used,add = [],0,int(src.nbytes[g])
                 cur.append((g, max(a-starts[i], 0), min(b, ends[i])-starts[i])); used += add; i += 1
         return res + ([cur] if cur else [])
 

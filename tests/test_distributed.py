@@ -30,8 +30,9 @@ def train(tmp, name, n, *args, gpu=False):
     return out
 
 def weights(out):
+    "The saved weights of run folder `out` (or of the .safetensors file `out`)"
     from safetensors.torch import load_file
-    return load_file(str(out/'model'/'model.safetensors'))
+    return load_file(str(out if out.suffix == '.safetensors' else out/'model'/'model.safetensors'))
 
 def assert_same_weights(a, b, tol=1e-5, rows=0, row_tol=0.):
     """`assert_close` on every weight of runs `a` and `b`, but for at most `rows` rows of a tensor (its first dimension) within
@@ -74,9 +75,18 @@ def test_two_ranks_at_half_batch_match_one_process(tmp_path, opt):
     common = ('--no-bn', '--epochs', 1, '--lr', 1e-2) + (('--opt', opt) if opt != 'default' else ())
     one = train(tmp_path, 'one', 1, '--bs', 600, *common)
     two = train(tmp_path, 'two', 2, '--bs', 300, *common)
-    assert_same_weights(one, two)
+    # A ReLU whose input lies within float noise of zero passes the gradient in one run and not the other: on this CPU, LAMB's 6th of
+    # 15 steps met one (the batches equal, the weights 7e-9 apart before it, some gradients 1e-4 apart after), and up to 6e-4 of
+    # difference spread from it. So with LAMB the first 4 steps must match at 1e-5 and the epoch within a tenth of the learning rate
+    # (ranks that step apart, or on other rows, differ by the learning rate from the first step)
+    tol = 1e-5 if opt == 'default' else 1e-3
+    if opt != 'default':
+        cut = [train(tmp_path, f'{k}4', n, '--bs', bs, *common, '--stop-after', 4, '--checkpoint-every', 4)
+               for k, n, bs in (('one', 1, 600), ('two', 2, 300))]
+        assert_same_weights(*[next(o.glob('checkpoint-*.safetensors')) for o in cut])
+    assert_same_weights(one, two, tol=tol)
     m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
-    assert m2['world_size'] == 2 and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < 1e-5
+    assert m2['world_size'] == 2 and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < tol
 
 @pytest.mark.parametrize('emb', [('lazy-adam', 'fixed', '8'), ('adagrad', 'fastai', 'userId=8,movieId=6')])  # one width; three
 def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):

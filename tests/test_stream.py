@@ -50,6 +50,19 @@ def test_three_epochs_cover_every_row_once_in_new_orders(big):
     assert not torch.equal(epochs[0], epochs[1]) and not torch.equal(epochs[1], epochs[2])
     assert dl.epoch == 3
 
+def test_an_epochs_first_window_is_small_so_its_first_batch_waits_less(big, monkeypatch):
+    "The first batch waits for a window of about `FIRST_WINDOW_BATCHES` batches (at least a row group); the others fill the budget"
+    import fastai_gpu_tabular.stream as st
+    to, path, mem = big
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=4*mem, seed=1)  # windows of ~6 row groups
+    nbytes = lambda w: sum(int(dl.src.nbytes[g]) for g in {g for g, _, _ in w})
+    for epoch in range(2):
+        wins = dl.windows(epoch)
+        assert nbytes(wins[0]) <= st.FIRST_WINDOW_BATCHES*4096*dl._row_bytes() < nbytes(wins[1]) <= dl.window_bytes()
+        assert sum(h-l for _, l, h in wins[0]) >= st.FIRST_WINDOW_BATCHES*4096//2
+    monkeypatch.setattr(st, 'FIRST_WINDOW_BATCHES', 10**9)  # as large as the others: fewer windows, the same rows
+    assert len(dl.windows(0)) < len(wins) or nbytes(dl.windows(0)[0]) > nbytes(wins[0])
+
 @pytest.mark.parametrize('world', [1, 2, 3])
 def test_ranks_get_equal_batch_counts_and_disjoint_shards(big, world):
     to, path, mem = big
