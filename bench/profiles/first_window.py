@@ -38,7 +38,7 @@ for rep in range(a.reps):
         for _ in it: pass
         if a.device != 'cpu': torch.cuda.synchronize()
         epoch = time.perf_counter() - t0
-        res.append(dict(rep=rep, setting=name, first_s=first, epoch_s=epoch, windows=len(wins), first_window_rows=sum(h-l for _, l, h in wins[0])))
+        res.append(dict(rep=rep, setting=name, first_s=first, epoch_s=epoch, windows=len(wins), first_window_rows=int(sum(h-l for _, l, h in wins[0]))))
         print(' '.join(f'{k} {v:.3f}' if isinstance(v, float) else f'{k} {v}' for k, v in res[-1].items()), flush=True)
 for name in dict.fromkeys(r['setting'] for r in res):
     rs = [r for r in res if r['setting'] == name]
