@@ -763,6 +763,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                      'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._read_ranges': ( 'stream.html#_read_ranges',
                                                                                        'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream._release': ('stream.html#_release', 'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._row_group_spans': ( 'stream.html#_row_group_spans',
                                                                                            'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream._side_stream': ( 'stream.html#_side_stream',

@@ -16,8 +16,8 @@ from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'STREAM_MAX_BYTES', 'FIRST_WINDOW_BATCHES', 'read_dataset_info', 'is_processed',
-           'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
+__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'PAGE', 'STREAM_MAX_BYTES', 'FIRST_WINDOW_BATCHES', 'read_dataset_info',
+           'is_processed', 'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -87,6 +87,16 @@ def _unwritten_bytes(n:int, fill:int|None=None)->tuple:
     addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
     if fill is not None: ctypes.memset(addr, fill, n)
     return b,memoryview((ctypes.c_char*n).from_address(addr)).cast('B')
+
+_libc,PAGE = ctypes.CDLL(None),os.sysconf('SC_PAGE_SIZE')  # a `CDLL`'s calls release the GIL
+
+def _release(b:bytes, at_least:int=64 << 20):
+    """Give the pages of a large `bytes` back to the system (`madvise(MADV_DONTNEED)`) outside the GIL, before it is freed: freeing a
+    GB of written pages took 40 ms under the GIL, every thread waiting (bench/profiles/host_bytes_free.py); its contents go"""
+    if len(b) < at_least: return
+    addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
+    lo,hi = -(-addr // PAGE) * PAGE,(addr + len(b)) // PAGE * PAGE  # whole pages of its data only: the object's header stays
+    if hi > lo: _libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4)  # where it fails, `free` does it all, as before
 
 def _read_into(path:str, view, ranges:list):
     "Byte `ranges` of file `path` read into the same offsets of `view`, `READ_PIECE` bytes a task on the copy threads"
@@ -240,6 +250,7 @@ class ProcessedSplit:
             t = _chunk(cudf.DataFrame.from_pylibcudf(tbl), self.names, self.ys, device)
             del tbl
         side.synchronize()
+        for b in srcs: _release(b)
         return t.apply(lambda x: x.record_stream(main) or x)
 
     def _local_file(self, i:int):

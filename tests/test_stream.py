@@ -308,3 +308,16 @@ def test_a_part_files_host_bytes_hold_what_its_row_groups_read(big, monkeypatch)
     assert sum(x != y for x, y in zip(b, raw)) <= unread and b[:4] == b[-4:] == b'PAR1'
     assert st._read_ranges([(4, 10), (10, 20), (20, 30)], [1], 40) == [(0, 4), (10, 20), (30, 40)]
     with pytest.raises(Exception): pq.ParquetFile(pa.BufferReader(b)).read_row_groups([0])
+
+def test_large_host_bytes_give_their_pages_back_outside_the_gil_and_keep_their_header():
+    "`_release`: a window's bytes return their whole pages before they are freed (their header and partial pages untouched)"
+    import fastai_gpu_tabular.stream as st
+    n = (64 << 20) + 123
+    b, v = st._unwritten_bytes(n, fill=7)
+    del v
+    st._release(b)
+    assert len(b) == n and b[0] == b[-1] == 7 and b[n // 2] == 0 and b.count(0) > n - 3*st.PAGE
+    small, v = st._unwritten_bytes(1 << 20, fill=7)
+    del v
+    st._release(small)
+    assert small.count(7) == len(small)  # small ones are left to `free`
