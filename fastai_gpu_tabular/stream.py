@@ -16,8 +16,8 @@ from .tabular import TabularGPU, load_procs, PROCESSED_FORMAT
 from .loader import BatchDataLoader, TabTensors, extra_tensor, device_bytes_free, cat_batches, bag_width, col_tensor, _block
 
 # %% auto #0
-__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'PAGE', 'STREAM_MAX_BYTES', 'FIRST_WINDOW_BATCHES', 'read_dataset_info',
-           'is_processed', 'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
+__all__ = ['CUDF_FROM_HOST', 'READ_PIECE', 'STREAM_MAX_BYTES', 'FIRST_WINDOW_BATCHES', 'read_dataset_info', 'is_processed',
+           'ProcessedSplit', 'default_mem_bytes', 'ParquetDataLoader']
 
 # %% ../nbs/04c_stream.ipynb #f4d21ed1
 def read_dataset_info(path)->tuple:
@@ -71,8 +71,8 @@ def _row_group_spans(md)->list:
 
 def _read_ranges(spans:list, rgs:list, size:int)->list:
     "Byte ranges of a file of `size` bytes that row groups `rgs` need: all but the `spans` of the others (footer, indexes, magic kept)"
-    res,at = [],0
-    for a,b in sorted(s for j,s in enumerate(spans) if j not in set(rgs)):
+    res,at,keep = [],0,set(rgs)
+    for a,b in sorted(s for j,s in enumerate(spans) if j not in keep):
         if a > at: res.append((at, a))
         at = max(at, b)
     return res + ([(at, size)] if at < size else [])
@@ -88,14 +88,14 @@ def _unwritten_bytes(n:int, fill:int|None=None)->tuple:
     if fill is not None: ctypes.memset(addr, fill, n)
     return b,memoryview((ctypes.c_char*n).from_address(addr)).cast('B')
 
-_libc,PAGE = ctypes.CDLL(None),os.sysconf('SC_PAGE_SIZE')  # a `CDLL`'s calls release the GIL
+_libc,_PAGE = ctypes.CDLL(None),os.sysconf('SC_PAGE_SIZE')  # a `CDLL`'s calls release the GIL
 
 def _release(b:bytes, at_least:int=64 << 20):
     """Give the pages of a large `bytes` back to the system (`madvise(MADV_DONTNEED)`) outside the GIL, before it is freed: freeing a
     GB of written pages took 40 ms under the GIL, every thread waiting (bench/profiles/host_bytes_free.py); its contents go"""
     if len(b) < at_least: return
     addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
-    lo,hi = -(-addr // PAGE) * PAGE,(addr + len(b)) // PAGE * PAGE  # whole pages of its data only: the object's header stays
+    lo,hi = -(-addr // _PAGE) * _PAGE,(addr + len(b)) // _PAGE * _PAGE  # whole pages of its data only: the object's header stays
     if hi > lo: _libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4)  # where it fails, `free` does it all, as before
 
 def _read_into(path:str, view, ranges:list):

@@ -316,7 +316,7 @@ def test_large_host_bytes_give_their_pages_back_outside_the_gil_and_keep_their_h
     b, v = st._unwritten_bytes(n, fill=7)
     del v
     st._release(b)
-    assert len(b) == n and b[0] == b[-1] == 7 and b[n // 2] == 0 and b.count(0) > n - 3*st.PAGE
+    assert len(b) == n and b[0] == b[-1] == 7 and b[n // 2] == 0 and b.count(0) > n - 3*st._PAGE
     small, v = st._unwritten_bytes(1 << 20, fill=7)
     del v
     st._release(small)
