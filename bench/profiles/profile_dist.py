@@ -21,6 +21,8 @@ p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of 
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
 p.add_argument('--decode', default='auto', choices=['auto', 'host', 'path'],
                help="cuDF's source for local part files: 'host' bytes on a side stream, 'path' on cuDF's stream, 'auto' the library's rule")
+p.add_argument('--first-batch', type=int, default=0, metavar='N',
+               help="with --timeline: cProfile the first N training batches' steps (main thread), `first<r>_of<w>.txt` in `--log`")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 import torch
@@ -73,7 +75,19 @@ class Timeline(Callback):
     order = 100
     def before_train(self): self.t = [time.perf_counter()]
     def before_batch(self):
-        if self.training: self.t.append(time.perf_counter())
+        if not self.training: return
+        self.t.append(time.perf_counter())
+        if a.first_batch and len(self.t) == 2:
+            import cProfile; self.cp = cProfile.Profile(); self.cp.enable()
+        if a.first_batch and len(self.t) == 2 + a.first_batch: self.first_report()
+    def first_report(self):
+        "The first batches' steps by cumulative time: where a fit's first calls go (Triton, cuBLAS, NCCL, imports)"
+        import io, pstats
+        self.cp.disable(); s = io.StringIO(); r, w = rank_world()
+        pstats.Stats(self.cp, stream=s).sort_stats('cumulative').print_stats(45)
+        head = f"rank {r} of {w}: first {a.first_batch} batches' steps {(self.t[-1] - self.t[1]) * 1e3:.1f} ms\n"
+        log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'first{r}_of{w}.txt').write_text(head + s.getvalue())
+        print(head, flush=True)
     def after_train(self):
         if CUDA: torch.cuda.synchronize()
         import numpy as np
