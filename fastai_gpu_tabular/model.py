@@ -4,12 +4,13 @@
 
 # %% ../nbs/04b_model.ipynb #1aa2a0e2
 from __future__ import annotations
+import threading
 from fastai.tabular.all import *
 
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'block_width', 'embed_block', 'storage_view',
-           'table_groups', 'table_plan', 'table_block', 'shard_bounds', 'sharded_block', 'FastTabularModel',
-           'layer_info', 'save_weights', 'link_weights', 'load_weights']
+           'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds', 'sharded_block',
+           'FastTabularModel', 'layer_info', 'save_weights', 'link_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -145,6 +146,22 @@ def _lookup(base:Tensor, ids:Tensor)->Tensor:
 
 try: import triton, triton.language as tl
 except ImportError: triton = tl = None
+
+def _triton_warm():
+    "What Triton's first compile in a process does before any kernel: hash its own sources and `libtriton` (~0.4 s), import gluon"
+    try:
+        try: from triton.runtime.cache import triton_key  # Triton >= 3.3
+        except ImportError: from triton.compiler.compiler import triton_key
+        triton_key(); import triton.experimental.gluon
+    except Exception: pass  # only time is at stake: the first compile does it then
+
+_warm = None
+def warm_triton()->threading.Thread|None:
+    "Start `_triton_warm` on a thread, once a process, where Triton and a GPU are: the first batch need not wait for it"
+    global _warm
+    if _warm is None and triton is not None and torch.cuda.is_available():
+        _warm = threading.Thread(target=_triton_warm, daemon=True, name='triton-warm'); _warm.start()
+    return _warm
 
 if triton is not None:
     @triton.jit
@@ -300,6 +317,7 @@ class FastTabularModel(TabularModelMH):
         super().__init__(emb_szs, n_cont, out_sz, layers, **kwargs)
         self.sparse = sparse
         if sparse and len(self.embeds): table_groups([e.weight for e in self.embeds])  # packed now: not at the first batch
+        if sparse: warm_triton()  # Triton's own start (~0.55 s a process) on a thread: not at the first batch either
         if sparse: torch.sparse.check_sparse_tensor_invariants.disable()  # torch's default, said: its warning at each backward otherwise
         if self.bn_cont is not None: self.bn_cont.__class__ = FastBatchNorm1d  # same state, another forward
         lin,self.width = self.layers[0][0],self.n_emb+self.n_cont

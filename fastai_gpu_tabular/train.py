@@ -14,7 +14,7 @@ from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run
-from .model import save_weights, load_weights, link_weights
+from .model import save_weights, load_weights, link_weights, warm_triton
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
 from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_checkpoint
@@ -528,6 +528,7 @@ def main(
     out = Path(out)
     if finished(out, epochs, resume): return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
+    if not cpu: warm_triton()  # Triton's own start on a thread, beside the data phase
     with run_lock(out):  # rank 0 holds `out` while the run writes there
         claim_out(out, resume, overwrite)
         device,world = state.device,max(num_distrib(), 1)

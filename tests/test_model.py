@@ -52,3 +52,21 @@ def test_padded_multi_hot_layout_gives_the_same_predictions():
     assert type(fai.model) is TabularModelMH
     fai.model.load_state_dict(a.model.state_dict())
     torch.testing.assert_close(fai.get_preds()[0], p, rtol=1e-5, atol=1e-6)
+
+def test_warm_triton_computes_tritons_key_once_on_a_thread(monkeypatch):
+    """Triton's per-process key (its sources and library hashed, ~0.4 s) is made on a thread before the first batch, once a
+    process, where Triton and a GPU are; on a CPU-only machine nothing starts"""
+    import sys, types
+    import fastai_gpu_tabular.model as M
+    calls = []
+    mods = {n: types.ModuleType(n) for n in ('triton', 'triton.runtime', 'triton.runtime.cache', 'triton.experimental',
+                                              'triton.experimental.gluon')}
+    mods['triton.runtime.cache'].triton_key = lambda: calls.append(1) or 'key'
+    for n, m in mods.items(): monkeypatch.setitem(sys.modules, n, m)
+    monkeypatch.setattr(M, '_warm', None)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    assert M.warm_triton() is None and calls == []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True); monkeypatch.setattr(M, 'triton', mods['triton'])
+    t = M.warm_triton(); t.join(10)
+    assert t.name == 'triton-warm' and calls == [1]
+    assert M.warm_triton() is t and calls == [1]  # once a process
