@@ -1,0 +1,76 @@
+"""`fgt-prep --dask` as a user runs it, once: a fresh process on each input layout of issue 53, its processing seconds and its wall.
+
+    python bench/bench_prep.py --rows 100000000                       # every layout, inputs kept under --dir
+    python bench/bench_prep.py --rows 400000 --cpu --many-files 40    # the same on the CPU, small
+
+Layouts, rows of one generator (`synth_criteo`: int32 ids, float32 counts with 10% missing, an int8 label), written once:
+- `few-large`: `--few-files` files (20), 1M-row row groups;
+- `many-small`: `--many-files` files (1,000), one row group each;
+- `wide-types`: `few-large`'s files with int64 ids and float64 counts.
+Each layout runs `--rounds` fresh processes in a row (`python -m fastai_gpu_tabular.data --dask --data <folder> ... --freq-threshold
+15`): round 1 is a first run (the files are in the OS's page cache, the process has nothing), later rounds say what a warm run
+would add. Reported: processing seconds (what fgt-prep prints: from after its imports, the cluster's start included), its rows/s,
+the process's wall, wall over processing. Targets (issue 53, one H100): >= 5.3M rows/s of processing on every layout in a first
+run, wall <= 1.3x processing."""
+import argparse, re, shutil, subprocess, sys, time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from common import report
+
+CATS, CONTS = ','.join(f'C{i}' for i in range(1, 27)), ','.join(f'I{i}' for i in range(1, 14))
+
+def write(layout, d, a, gpu):
+    "The input files of `layout` in `d`, unless a finished folder is there (`d`.done beside it)"
+    done = d.with_suffix('.done')
+    if done.exists(): return
+    shutil.rmtree(d, ignore_errors=True)
+    from fastai_gpu_tabular.data import synth_criteo
+    if layout == 'wide-types':  # few-large's files, the ids and counts widened
+        import pyarrow as pa, pyarrow.parquet as pq
+        src = d.parent/'few-large'; write('few-large', src, a, gpu); d.mkdir(parents=True)
+        wide = {pa.int32(): pa.int64(), pa.float32(): pa.float64()}
+        for f in sorted(src.glob('*.parquet')):
+            t = pq.read_table(f)
+            t = t.cast(pa.schema([pa.field(x.name, wide.get(x.type, x.type)) for x in t.schema]))
+            pq.write_table(t, d/f.name, row_group_size=1_000_000)
+    else:
+        n = a.few_files if layout == 'few-large' else a.many_files
+        fr = -(-a.rows // n)
+        synth_criteo(a.rows, cap=a.cap, path=d, file_rows=fr, row_group_rows=min(fr, 1_000_000), overwrite=True, gpu=gpu)
+    done.touch()
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--rows', type=int, default=100_000_000)
+    p.add_argument('--layouts', default='few-large,many-small,wide-types')
+    p.add_argument('--few-files', type=int, default=20)
+    p.add_argument('--many-files', type=int, default=1000)
+    p.add_argument('--cap', type=int, default=None, help="synth_criteo's most distinct ids a column (default: Kaggle's counts)")
+    p.add_argument('--freq-threshold', default='15')
+    p.add_argument('--rounds', type=int, default=2)
+    p.add_argument('--dir', default='/tmp/bench_prep', help='the inputs (kept: a later call reuses them) and the processed folder')
+    p.add_argument('--cpu', action='store_true', help='pandas workers on the CPU')
+    p.add_argument('--name', default=None)
+    a = p.parse_args()
+    from fastai_gpu_tabular.backend import gpu_available
+    gpu, d, rows = gpu_available() and not a.cpu, Path(a.dir), []
+    for lay in a.layouts.split(','):
+        src = d/lay; t = time.perf_counter(); write(lay, src, a, gpu)
+        files = sorted(src.glob('*.parquet'))
+        print(f'{lay}: {len(files)} files, {sum(f.stat().st_size for f in files)/1e9:.2f} GB ({time.perf_counter()-t:.1f} s to have them)', flush=True)
+        for r in range(1, a.rounds + 1):
+            cmd = [sys.executable, '-m', 'fastai_gpu_tabular.data', '--dask', '--data', str(src), '--cat-names', CATS, '--cont-names',
+                   CONTS, '--y-names', 'label', '--freq-threshold', a.freq_threshold, '--out', str(d/'out'), '--overwrite',
+                   *(['--cpu'] if a.cpu else [])]
+            t = time.perf_counter(); res = subprocess.run(cmd, capture_output=True, text=True); wall = time.perf_counter() - t
+            if res.returncode: sys.exit(f'{lay} round {r} failed:\n{res.stderr[-3000:]}')
+            proc = float(re.search(r'processed in ([\d.]+)s', res.stdout)[1])
+            rows.append(dict(layout=lay, files=len(files), round=r, processing_s=round(proc, 2), rows_s=round(a.rows / proc),
+                             wall_s=round(wall, 2), wall_over_processing=round(wall / proc, 2)))
+            print(rows[-1], flush=True)
+            shutil.rmtree(d/'out', ignore_errors=True)
+    report(a.name or ('prep_layouts' + ('' if gpu else '_cpu')), rows,
+           ['layout', 'files', 'round', 'processing_s', 'rows_s', 'wall_s', 'wall_over_processing'],
+           dict(bench='prep', n_rows=a.rows, gpu=gpu, freq_threshold=a.freq_threshold, cap=a.cap))
+
+if __name__ == '__main__': main()
