@@ -21,6 +21,9 @@ p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of 
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
 p.add_argument('--decode', default='auto', choices=['auto', 'host', 'path'],
                help="cuDF's source for local part files: 'host' bytes on a side stream, 'path' on cuDF's stream, 'auto' the library's rule")
+p.add_argument('--stacks', type=float, default=0, metavar='MS',
+               help="with --timeline: every thread's Python stack each MS ms; for the 4 longest gaps after batch 0, what each thread was "
+                    "in (`stacks<r>_of<w>.txt`), and the longest pause of the sampler (a thread holding the GIL)")
 p.add_argument('--first-batch', type=int, default=0, metavar='N',
                help="with --timeline: cProfile the first N training batches' steps (main thread), `first<r>_of<w>.txt` in `--log`")
 a, rest = p.parse_known_args()
@@ -73,7 +76,35 @@ class Marks(Callback):
 class Timeline(Callback):
     "The host time of every training batch's start: the first batch's wait after `before_train`, then the gaps, the long ones summed"
     order = 100
-    def before_train(self): self.t = [time.perf_counter()]
+    def before_train(self):
+        self.t, self.samples = [time.perf_counter()], []
+        if a.stacks:
+            import threading
+            self.sampling = True; threading.Thread(target=self.sample, daemon=True, name='stacks').start()
+    def sample(self):
+        "Every thread's innermost frames every `a.stacks` ms: (time, {thread name: 'file:line function < ...'})"
+        import threading
+        while self.sampling:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            now, st = time.perf_counter(), {}
+            for ident, f in sys._current_frames().items():
+                if names.get(ident) == 'stacks' or f.f_code.co_name == '_worker': continue  # this one; a pool's idle threads
+                fs = []
+                while f is not None and len(fs) < 5: fs.append(f"{Path(f.f_code.co_filename).name}:{f.f_lineno} {f.f_code.co_name}"); f = f.f_back
+                st[names.get(ident, ident)] = ' < '.join(fs)
+            self.samples.append((now, st)); time.sleep(a.stacks / 1e3)
+    def stack_report(self, t, d):
+        "For the 4 longest gaps after batch 0: each thread's stacks by count, the sampler's longest pause inside"
+        from collections import Counter
+        self.sampling = False; r, w = rank_world(); lines = []
+        for i in sorted(sorted(range(1, len(d)), key=lambda i: -d[i])[:4]):
+            lo, hi = t[i + 1], t[i + 2]; ss = [(s, st) for s, st in self.samples if lo <= s <= hi]
+            times = [lo] + [s for s, _ in ss] + [hi]
+            lines.append(f"gap after batch {i}: {d[i]:.1f} ms, {len(ss)} samples, the sampler's longest pause "
+                         f"{max(b - a_ for a_, b in zip(times, times[1:])) * 1e3:.1f} ms")
+            for (th, stack), n in Counter((th, stack) for _, st in ss for th, stack in st.items()).most_common(12):
+                lines.append(f"  {n:4d} {th}: {stack}")
+        log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'stacks{r}_of{w}.txt').write_text('\n'.join(lines))
     def before_batch(self):
         if not self.training: return
         self.t.append(time.perf_counter())
@@ -97,6 +128,7 @@ class Timeline(Callback):
                    stalls_s=float(d[long].sum() / 1e3), steady_s=float(d[~long].sum() / 1e3),
                    biggest_ms={int(i): round(float(d[i]), 1) for i in sorted(np.argsort(d)[-8:])},  # batch: its wait
                    capture_s=next((c.capture_s for c in self.learn.cbs if hasattr(c, 'capture_s')), None))  # `CudaGraph`'s captures
+        if a.stacks: self.stack_report(t, d)
         if (reads := getattr(self.dls.train, 'reads', None)) is not None:  # the streaming loader's windows: (window, read s, waited s)
             res.update(windows=len(reads), read_s=sum(r[1] for r in reads), waited_s=sum(r[2] for r in reads),
                        read_ms={k: round(r * 1e3) for k, r, _ in reads}, waited_ms={k: round(w * 1e3, 1) for k, _, w in reads if w > 0.005})
