@@ -17,8 +17,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report
 
-CATS, CONTS = ','.join(f'C{i}' for i in range(1, 27)), ','.join(f'I{i}' for i in range(1, 14))
-
 def write(layout, d, a, gpu):
     "The input files of `layout` in `d`, unless a finished folder is there (`d`.done beside it)"
     done = d.with_suffix('.done')
@@ -53,15 +51,16 @@ def main():
     p.add_argument('--name', default=None)
     a = p.parse_args()
     from fastai_gpu_tabular.backend import gpu_available
+    from fastai_gpu_tabular.data import CRITEO_SCHEMA as S  # the columns synth_criteo writes, as fgt-prep's flags
+    names = [f for k in ('cat_names', 'cont_names') for f in (f"--{k.replace('_', '-')}", ','.join(S[k]))] + ['--y-names', S['y_names']]
     gpu, d, rows = gpu_available() and not a.cpu, Path(a.dir), []
     for lay in a.layouts.split(','):
         src = d/lay; t = time.perf_counter(); write(lay, src, a, gpu)
         files = sorted(src.glob('*.parquet'))
         print(f'{lay}: {len(files)} files, {sum(f.stat().st_size for f in files)/1e9:.2f} GB ({time.perf_counter()-t:.1f} s to have them)', flush=True)
         for r in range(1, a.rounds + 1):
-            cmd = [sys.executable, '-m', 'fastai_gpu_tabular.data', '--dask', '--data', str(src), '--cat-names', CATS, '--cont-names',
-                   CONTS, '--y-names', 'label', '--freq-threshold', a.freq_threshold, '--out', str(d/'out'), '--overwrite',
-                   *(['--cpu'] if a.cpu else [])]
+            cmd = [sys.executable, '-m', 'fastai_gpu_tabular.data', '--dask', '--data', str(src), *names, '--freq-threshold',
+                   a.freq_threshold, '--out', str(d/'out'), '--overwrite', *(['--cpu'] if a.cpu else [])]
             t = time.perf_counter(); res = subprocess.run(cmd, capture_output=True, text=True); wall = time.perf_counter() - t
             if res.returncode: sys.exit(f'{lay} round {r} failed:\n{res.stderr[-3000:]}')
             proc = float(re.search(r'processed in ([\d.]+)s', res.stdout)[1])
