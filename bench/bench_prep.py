@@ -48,6 +48,7 @@ def main():
     p.add_argument('--rounds', type=int, default=2)
     p.add_argument('--dir', default='/tmp/bench_prep', help='the inputs (kept: a later call reuses them) and the processed folder')
     p.add_argument('--cpu', action='store_true', help='pandas workers on the CPU')
+    p.add_argument('--keep', default=None, help="move the first layout's last processed folder here (a folder to train from)")
     p.add_argument('--name', default=None)
     a = p.parse_args()
     from fastai_gpu_tabular.backend import gpu_available
@@ -68,6 +69,7 @@ def main():
             rows.append(dict(layout=lay, files=len(files), round=r, processing_s=round(proc, 2), cluster_s=cl and float(cl[1]),
                              rows_s=round(a.rows / proc), wall_s=round(wall, 2), wall_over_processing=round(wall / proc, 2)))
             print(rows[-1], flush=True)
+            if a.keep and r == a.rounds and not Path(a.keep).exists(): shutil.move(d/'out', a.keep)
             shutil.rmtree(d/'out', ignore_errors=True)
     report(a.name or ('prep_layouts' + ('' if gpu else '_cpu')), rows,
            ['layout', 'files', 'round', 'processing_s', 'cluster_s', 'rows_s', 'wall_s', 'wall_over_processing'],
