@@ -339,7 +339,7 @@ def main(
                           Normalize]
     if dask:
         from .tabular_dask import TabularDask, dask_client
-        tc = time.perf_counter(); dask_client(gpu=gpu); tc = time.perf_counter() - tc  # a user's first run pays it: said apart
+        tc = time.perf_counter(); dask_client(gpu=gpu); tc = time.perf_counter() - tc  # its start (`fgt-prep`'s began it): said apart
         ddf,cols = read_dask(data, gpu, rows, seed, blocksize=blocksize, **names)
         to = TabularDask(ddf, procs=procs(cols), split_out=split_out, split_every=split_every, **kw, **cols)
     else:
@@ -349,7 +349,7 @@ def main(
     info = json.loads((Path(out)/'dataset.json').read_text())
     print(f"{'TabularDask' if dask else 'TabularGPU'} on {'cuDF (GPU)' if gpu else 'pandas (CPU)'}: {data}, "
           f"{info['train']['rows']:,} training and {info['valid']['rows']:,} validation rows processed in {time.perf_counter()-t0:.2f}s"
-          + (f" (the dask cluster's start {tc:.2f}s of it)" if dask else ''))
+          + (f" ({tc:.2f}s of it waiting for the dask cluster)" if dask else ''))
     print('vocabulary sizes:', {n: len(c) for n,c in to.classes.items()})
     print('written to', out)
     return to

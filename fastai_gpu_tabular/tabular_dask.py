@@ -16,6 +16,7 @@ from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, RegressionSetup
 from fastprogress.fastprogress import progress_bar
 from .backend import *
+from .cluster import dask_client
 from .procs import *
 from .tabular import *
 from .tabular import _our_proc, _NAME_KEYS, _mix64
@@ -24,40 +25,7 @@ from .backend import _torch_type
 from .procs import _py
 
 # %% auto #0
-__all__ = ['dask_client', 'float_keys', 'key_values', 'exact_kth', 'exact_medians', 'chan_combine', 'TabularDask']
-
-# %% ../nbs/07a_tabular_dask.ipynb #5e96e951
-def dask_client(
-    n_workers:int|None=None, # Workers (default: one per GPU; 2 on a CPU)
-    gpu:bool|None=None, # A `LocalCUDACluster` of dask-cuda (default: when a GPU and cuDF are there), else a `LocalCluster`
-    device_memory_limit='default', # Each GPU worker spills to host memory beyond this (dask-cuda's setting)
-    rmm_pool_size:str|int|None=None, # An RMM pool per GPU worker, e.g. '20GB': cuDF allocates from it
-    memory_limit='auto', # Host memory of each worker, beyond which it spills to disk
-    threads_per_worker:int|None=None, # Partitions a worker works on at once (default: 2 on a GPU, whose reads, Python and writes
-                                      # then overlap the other's kernels: 1.14-1.17x on 100M Criteo rows, bench/NOTES.md; 1 on the CPU)
-    **kwargs # More arguments for the cluster
-):
-    "The active `distributed.Client` (a multi-node cluster's, say), else a client of a new local cluster: one worker per GPU"
-    from distributed import Client, default_client
-    try: return default_client()
-    except ValueError: pass
-    try:
-        if ifnone(gpu, gpu_available()):
-            from dask_cuda import LocalCUDACluster
-            cluster = LocalCUDACluster(n_workers=n_workers, device_memory_limit=device_memory_limit, rmm_pool_size=rmm_pool_size,
-                                       memory_limit=memory_limit, threads_per_worker=ifnone(threads_per_worker, 2), protocol='tcp',
-                                       **kwargs)
-        else:
-            from distributed import LocalCluster
-            cluster = LocalCluster(n_workers=ifnone(n_workers, 2), threads_per_worker=ifnone(threads_per_worker, 1),
-                                   memory_limit=memory_limit, **kwargs)
-    except Exception as e:  # the workers that did start would keep the process alive (seen: a GPU worker failed, the rest hung on)
-        for p in multiprocessing.active_children(): p.kill()
-        raise RuntimeError(f"the dask workers could not start ({type(e).__name__}: {e}; the tracebacks above say why): fix that, "
-                           "or preprocess without `--dask` (in memory)") from e
-    client = Client(cluster)
-    print(f"dask dashboard: {client.dashboard_link}")
-    return client
+__all__ = ['float_keys', 'key_values', 'exact_kth', 'exact_medians', 'chan_combine', 'TabularDask']
 
 # %% ../nbs/07a_tabular_dask.ipynb #3b3fc9ec
 _POS,_VALID = '_fgt_pos','_fgt_valid'  # columns added to every partition: global row position, validation flag

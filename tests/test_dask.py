@@ -429,6 +429,37 @@ def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'dask dashboard: http' in r.stdout and 'workers 1 threads [1] same True' in r.stdout  # one thread on the CPU
 
+def test_a_started_cluster_is_the_one_dask_client_gives_or_raises_what_stopped_it():
+    """`start_dask_client` starts the cluster on a thread (the library not imported by then; the workers import it as they start,
+    `PRELOAD`); the next `dask_client` waits and gives that client, or raises what stopped it, naming the setting"""
+    script = """if __name__ == '__main__':
+    import sys, fastai_gpu_tabular.cluster as c
+    t = c.start_dask_client(gpu=False, n_workers=1, memory_limit='lots')
+    try: c.dask_client(); print('no error')
+    except RuntimeError as e: print('raised', 'could not start' in str(e), 'lots' in str(e))
+    t = c.start_dask_client(gpu=False, n_workers=1)
+    print('imported', [m for m in ('fastai', 'torch') if m in sys.modules])
+    cl = c.dask_client()
+    print('same', cl is t.client, c.dask_client() is cl, list(cl.run(lambda: 'fastai_gpu_tabular.tabular_dask' in sys.modules).values()))"""
+    r = subprocess.run([sys.executable, '-c', script], env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'raised True True' in r.stdout and 'imported []' in r.stdout and 'same True True [True]' in r.stdout, r.stdout
+
+def test_fgt_prep_entry_point_with_dask_writes_what_it_writes_in_memory(flights, tmp_path):
+    "`fgt-prep --dask` as the console script runs it (`cli.prep`): the same files as in memory, its wait for the cluster said"
+    from fastai_gpu_tabular.data import main as prep
+    flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)
+    args = dict(cat_names='carrier,origin,dest', cont_names='distance,dep_delay', y_names='late', pass_names='flight')
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), cpu=True, **args)
+    flags = [f"--{k.replace('_', '-')}={v}" for k,v in args.items()]
+    r = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.cli', '--dask', '--cpu', '--data', str(tmp_path/'flights.parquet'),
+                        *flags, '--out', str(tmp_path/'dask')], env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'TabularDask on pandas (CPU)' in r.stdout and 'waiting for the dask cluster)' in r.stdout, r.stdout
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
 def test_fitted_procs_reach_every_worker_before_the_write_pass(client, tmp_path):
     """The procs every partition's processing takes go to the workers through a file of the pass's folder (`_shared`), which each
     worker process loads once: `Client.scatter(broadcast=True)` of a billion click-log rows' procs (265 MB) had not reached 4 GPU
