@@ -11,9 +11,10 @@ Each layout runs `--rounds` fresh processes in a row (`python -m fastai_gpu_tabu
 --freq-threshold 15`, which is `fgt-prep`; `--entry data`: `python -m fastai_gpu_tabular.data`, which starts its cluster after its
 imports): round 1 is a first run (the files are in the OS's page cache, the process has nothing), later rounds say what a warm run
 would add. Reported: processing seconds (what fgt-prep prints: from after its imports, its wait for the cluster included,
-`cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing. Targets (issue 53, one H100): >= 5.3M
+`cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing, and the wall's other parts: `before_s` (the
+imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end). Targets (issue 53, one H100): >= 5.3M
 rows/s of processing on every layout in a first run, wall <= 1.3x processing."""
-import argparse, re, shutil, subprocess, sys, time
+import argparse, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report
@@ -37,6 +38,17 @@ def write(layout, d, a, gpu):
         fr = -(-a.rows // n)
         synth_criteo(a.rows, cap=a.cap, path=d, file_rows=fr, row_group_rows=min(fr, 1_000_000), overwrite=True, gpu=gpu)
     done.touch()
+
+def run(cmd)->tuple:
+    "(wall s, output, s from the start to the line that says 'processed in') of `cmd`, its lines read as they come"
+    t, lines, at = time.perf_counter(), [], None
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    for l in p.stdout:
+        lines.append(l)
+        if at is None and 'processed in' in l: at = time.perf_counter() - t
+    wall, out = time.perf_counter() - t, ''.join(lines)
+    if p.wait() or at is None: sys.exit(f'{cmd} failed:\n{out[-3000:]}')
+    return wall, out, at
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,17 +76,18 @@ def main():
         for r in range(1, a.rounds + 1):
             cmd = [sys.executable, '-m', f'fastai_gpu_tabular.{a.entry}', '--dask', '--data', str(src), *names, '--freq-threshold',
                    a.freq_threshold, '--out', str(d/'out'), '--overwrite', *(['--cpu'] if a.cpu else [])]
-            t = time.perf_counter(); res = subprocess.run(cmd, capture_output=True, text=True); wall = time.perf_counter() - t
-            if res.returncode: sys.exit(f'{lay} round {r} failed:\n{res.stderr[-3000:]}')
-            proc = float(re.search(r'processed in ([\d.]+)s', res.stdout)[1])
-            cl = re.search(r"([\d.]+)s of it waiting for the dask cluster", res.stdout)
+            wall, out, at = run(cmd)
+            proc = float(re.search(r'processed in ([\d.]+)s', out)[1])
+            cl = re.search(r"([\d.]+)s of it waiting for the dask cluster", out)
             rows.append(dict(layout=lay, entry=a.entry, files=len(files), round=r, processing_s=round(proc, 2), cluster_s=cl and float(cl[1]),
-                             rows_s=round(a.rows / proc), wall_s=round(wall, 2), wall_over_processing=round(wall / proc, 2)))
+                             rows_s=round(a.rows / proc), wall_s=round(wall, 2), wall_over_processing=round(wall / proc, 2),
+                             before_s=round(at - proc, 2), exit_s=round(wall - at, 2)))
             print(rows[-1], flush=True)
             if a.keep and r == a.rounds and not Path(a.keep).exists(): shutil.move(d/'out', a.keep)
             shutil.rmtree(d/'out', ignore_errors=True)
     report(a.name or ('prep_layouts' + ('' if gpu else '_cpu')), rows,
-           ['layout', 'entry', 'files', 'round', 'processing_s', 'cluster_s', 'rows_s', 'wall_s', 'wall_over_processing'],
+           ['layout', 'entry', 'files', 'round', 'processing_s', 'cluster_s', 'rows_s', 'wall_s', 'wall_over_processing', 'before_s',
+            'exit_s'],
            dict(bench='prep', n_rows=a.rows, gpu=gpu, freq_threshold=a.freq_threshold, cap=a.cap))
 
 if __name__ == '__main__': main()
