@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_loader.ipynb #e43fd31c
 from __future__ import annotations
-import os, random
+import os, random, warnings
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
 from fastai.tabular.core import ReadTabBatch
@@ -23,6 +23,9 @@ __all__ = ['MISSING_ID', 'col_tensor', 'extra_tensor', 'device_bytes_free', 'Tab
 def col_tensor(s)->Tensor:
     "Column `s` as a tensor on its device: zero-copy through DLPack from cuDF, a view of the numpy array from pandas"
     return torch.from_dlpack(s.values) if is_cudf(s) else torch.from_numpy(np.ascontiguousarray(s.to_numpy()))
+
+# pandas 3's columns are read-only (copy-on-write); the library only reads the tensors it makes of them: torch's warning is noise
+warnings.filterwarnings('ignore', 'The given NumPy array is not writable', UserWarning, r'fastai_gpu_tabular\.')
 
 MISSING_ID = -2**63  # a missing integer id in a pass-through column (the smallest int64, which no real id is)
 

@@ -129,3 +129,14 @@ def test_training_learns_the_signal_like_fastai():
     print(f"AUC ours {ours:.4f}, fastai {theirs:.4f}, shuffled labels {chance:.4f}")
     assert ours > 0.65 and abs(chance - 0.5) < 0.03
     assert abs(ours - theirs) < 0.02
+
+def test_col_tensor_of_a_read_only_pandas_column_warns_nothing():
+    "pandas 3's columns are read-only: `col_tensor` views them (the library only reads them) without torch's non-writable warning"
+    import os, subprocess, sys
+    from pathlib import Path
+    code = ("import warnings, pandas as pd; from fastai_gpu_tabular.loader import col_tensor\n"
+            "with warnings.catch_warnings(record=True) as w: t = col_tensor(pd.Series([1, 2]))\n"
+            "print(t.tolist(), [str(o.message)[:30] for o in w])")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
+    assert r.returncode == 0 and r.stdout.strip() == '[1, 2] []', r.stdout + r.stderr[-2000:]
