@@ -29,10 +29,11 @@ def dask_client(
     if _started and _started[0] is not threading.current_thread():  # the cluster `start_dask_client` began: its client or error
         t = _started.pop(); t.join()
         if t.error: raise t.error
+    import dask
     from distributed import Client, default_client
     try: return default_client()
     except ValueError: pass
-    kwargs['preload'] = [PRELOAD, *listify(kwargs.get('preload'))]
+    kwargs['preload'] = [PRELOAD, *listify(kwargs.get('preload', dask.config.get('distributed.worker.preload')))]  # and the config's
     try:
         if ifnone(gpu, gpu_available()):
             from dask_cuda import LocalCUDACluster
