@@ -194,9 +194,9 @@ def test_12_fgt_prep_ends_with_an_error_when_dask_workers_cannot_start(base, tmp
     (tmp_path/'bad.py').write_text('raise RuntimeError("this worker cannot start")\n')  # a preload of dask's config: kept beside ours
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__PRELOAD=json.dumps([str(tmp_path/'bad.py')]))
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, '-m', f'fastai_gpu_tabular.{entry}', '--data', str(base), '--cat-names', 'u,i', '--cont-names', 'x,z',
-                        '--y-names', 'y', '--dask', '--cpu', '--out', str(tmp_path/'o')], env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, '-m', f'fastai_gpu_tabular.{entry}', '--data', str(base), '--cat-names', 'u,i',
+                        '--cont-names', 'x,z', '--y-names', 'y', '--dask', '--cpu', '--out', str(tmp_path/'o')], env=env,
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and 'the dask workers could not start' in r.stderr and time.perf_counter() - t < 60
     assert not (tmp_path/'o').exists()
 
