@@ -3,7 +3,7 @@ the training thread 38-61 ms each; `profile_dist.py --stacks` showed it blocked 
 thread was in `plc.io.parquet.read_parquet`). A thread launches a tiny kernel every 0.2 ms and records its longest gap while this
 thread decodes one file of `--rows` Criteo rows on a side stream, `--reps` times, from:
 - `bytes`: the file as `bytes` (what `ProcessedSplit._cudf_side` gives cuDF): libcudf copies pages from pageable memory;
-- `device`: the file read into pinned memory, copied to the GPU on the side stream, given to libcudf as a device span.
+- `device`: the file read into pinned memory (pinned once), copied to the GPU on the side stream, given to libcudf as a device span.
 `--pieces K`: the file's row groups decoded in K reads in a row (is the stall a read's bytes, or each read's?); `--busy S`: S seconds
 of work queued on the default (training) stream first: does the read wait for it? (The launching thread is then behind it too.)
 
@@ -36,13 +36,13 @@ side, dev = torch.cuda.Stream(), torch.device('cuda', 0)
 def read():
     "One decode of the file on the side stream; (seconds, rows)"
     t0 = time.perf_counter()
-    with open(a.file, 'rb') as f: data = f.read()
     if a.mode == 'device':
-        pinned.numpy()[:] = np.frombuffer(data, dtype=np.uint8)
+        with open(a.file, 'rb', buffering=0) as f: f.readinto(pinned.numpy())  # outside the GIL, into the pinned buffer
         with torch.cuda.stream(side): d = pinned.to(dev, non_blocking=True)
         side.synchronize()  # libcudf reads the footer on a stream of its own
         src = Span(d)
-    else: src = data
+    else:
+        with open(a.file, 'rb') as f: src = f.read()
     n = 0
     for rgs in pieces:
         opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo([src])).build()
