@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_stream.ipynb #76df0fc4
 from __future__ import annotations
-import ctypes, functools, json, os, random, tempfile, threading, time
+import functools, json, os, random, tempfile, threading, time, types
 from concurrent.futures import ThreadPoolExecutor
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
@@ -55,9 +55,10 @@ def _procs(fs, root):
         return load_procs(d)
 
 # %% ../nbs/04c_stream.ipynb #119d3c86
-# cuDF decodes local part files from host bytes on a side stream (its read of a path waits for the whole device): None, where several
-# ranks train (their waits stop every rank; on one GPU the path read an epoch in 6.53 s against 6.95), or always (True) or never (False)
-CUDF_FROM_HOST = None
+# cuDF decodes local part files from their bytes on the device, read into pinned memory and copied on a side stream (True): its read
+# of a path waits for the whole device, and from host `bytes` its copy from pageable memory held every thread's CUDA calls ~150 ms a GB
+# (bench/profiles/host_read_stall.py); None: only where several ranks train; False: cuDF reads the paths
+CUDF_FROM_HOST = True
 READ_PIECE = 16 << 20  # bytes of a file read by one thread at a time
 
 def _row_group_spans(md)->list:
@@ -76,27 +77,6 @@ def _read_ranges(spans:list, rgs:list, size:int)->list:
         if a > at: res.append((at, a))
         at = max(at, b)
     return res + ([(at, size)] if at < size else [])
-
-_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
-_new_bytes.restype,_new_bytes.argtypes = ctypes.py_object,[ctypes.c_char_p, ctypes.c_ssize_t]
-
-def _unwritten_bytes(n:int, fill:int|None=None)->tuple:
-    "(`bytes` of length `n` not written, so its untouched pages take no memory; a writable view of it); `fill`: every byte set to it"
-    b = _new_bytes(None, n)
-    if not n: return b,memoryview(bytearray())
-    addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
-    if fill is not None: ctypes.memset(addr, fill, n)
-    return b,memoryview((ctypes.c_char*n).from_address(addr)).cast('B')
-
-_libc,_PAGE = ctypes.CDLL(None),os.sysconf('SC_PAGE_SIZE')  # a `CDLL`'s calls release the GIL
-
-def _release(b:bytes, at_least:int=64 << 20):
-    """Give the pages of a large `bytes` back to the system (`madvise(MADV_DONTNEED)`) outside the GIL, before it is freed: freeing a
-    GB of written pages took 40 ms under the GIL, every thread waiting (bench/profiles/host_bytes_free.py); its contents go"""
-    if len(b) < at_least: return
-    addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
-    lo,hi = -(-addr // _PAGE) * _PAGE,(addr + len(b)) // _PAGE * _PAGE  # whole pages of its data only: the object's header stays
-    if hi > lo: _libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4)  # where it fails, `free` does it all, as before
 
 def _read_into(path:str, view, ranges:list):
     "Byte `ranges` of file `path` read into the same offsets of `view`, `READ_PIECE` bytes a task on the copy threads"
@@ -227,30 +207,43 @@ class ProcessedSplit:
         tbl = pa.concat_tables([_one(i, rgs) for i,rgs in by_file.items()])
         return _chunk(tbl, self.names, self.ys, device, extra_names)
 
-    def _host_file(self, i:int, rgs:list, fill:int|None=None)->bytes:
-        "Local part file `i` as `bytes` of its length holding what row groups `rgs` need: all but the other row groups' pages"
+    def _file_bytes(self, i:int, rgs:list, buf:Tensor)->list:
+        "What row groups `rgs` of local part file `i` need (all but the other row groups' pages) read into the same offsets of `buf`"
         spans,size = self.spans[i]
-        b,view = _unwritten_bytes(size, fill)
-        _read_into(self.files[i], view, _read_ranges(spans, rgs, size))
-        return b
+        if buf.numel() < size: raise ValueError(f"{self.files[i]}: {size:,} bytes do not fit a buffer of {buf.numel():,}")
+        _read_into(self.files[i], memoryview(buf.numpy()), ranges := _read_ranges(spans, rgs, size))
+        return ranges
+
+    def _device_file(self, i:int, rgs:list, device)->Tensor:
+        """Local part file `i` as `uint8` of its length on `device` holding what row groups `rgs` need (`_file_bytes`): read into this
+        thread's pinned buffer (the largest file's length, pinned once), copied on the current (side) stream, which it waits for"""
+        buf = _pinned(max(n for _,n in self.spans))
+        ranges,res = self._file_bytes(i, rgs, buf),torch.empty(self.spans[i][1], dtype=torch.uint8, device=device)
+        for a,b in ranges: res[a:b].copy_(buf[a:b], non_blocking=True)
+        torch.cuda.current_stream(device).synchronize()  # the buffer holds the next file next; libcudf reads the footer on its own stream
+        return res
 
     def _cudf_side(self, by_file:dict, device)->TabTensors:
-        "Row groups {file: [row group]} decoded by cuDF from host bytes on this thread's side stream, handed to the training stream"
+        """Row groups {file: [row group]} decoded by cuDF on this thread's side stream, a file at a time from its bytes on the device
+        (`_device_file`: at most one part file's length there beside the window), handed to the training stream"""
         import cudf, cupy, pylibcudf as plc
         from cuda.bindings import runtime
         side,main = _side_stream(device),torch.cuda.default_stream(device)
-        srcs = [self._host_file(i, rgs) for i,rgs in by_file.items()]
-        opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(srcs)).column_names(self.columns)
-        opts = opts.use_pandas_metadata(False).build()
-        opts.set_row_groups(list(by_file.values()))
         cp_side = cupy.cuda.Stream.from_external(side) if hasattr(side, '__cuda_stream__') else cupy.cuda.ExternalStream(side.cuda_stream)
         with torch.cuda.stream(side), cp_side:
-            stream,mr = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device())
-            tbl = plc.io.parquet.read_parquet(opts, stream=stream, mr=mr)
+            stream,mr,tbls = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device()),[]
+            for i,rgs in by_file.items():
+                d = self._device_file(i, rgs, device)
+                src = plc.io.SourceInfo([types.SimpleNamespace(ptr=d.data_ptr(), size=d.numel())])  # a device `Span`
+                opts = plc.io.parquet.ParquetReaderOptions.builder(src).column_names(self.columns).use_pandas_metadata(False).build()
+                opts.set_row_groups([rgs])
+                tbls.append(plc.io.parquet.read_parquet(opts, stream=stream, mr=mr))
+                side.synchronize(); del d  # decoded: its bytes' memory goes to the next file
+            tbl = tbls[0] if len(tbls)==1 else plc.io.TableWithMetadata(
+                plc.concatenate.concatenate([t.tbl for t in tbls], stream, mr), [(n, []) for n in tbls[0].column_names()])
             t = _chunk(cudf.DataFrame.from_pylibcudf(tbl), self.names, self.ys, device)
-            del tbl
+            del tbl,tbls
         side.synchronize()
-        for b in srcs: _release(b)
         return t.apply(lambda x: x.record_stream(main) or x)
 
     def _local_file(self, i:int):

@@ -289,16 +289,18 @@ def test_write_parts_holds_at_most_threads_frames_and_keeps_order(tmp_path, monk
     monkeypatch.setattr(tab, 'write_part', bad)
     with pytest.raises(OSError, match='disk full'): tab.write_parts(items(), tmp_path, 100, threads=2)
 
-def test_a_part_files_host_bytes_hold_what_its_row_groups_read(big, monkeypatch):
-    "The bytes cuDF decodes a window from (`_host_file`): the row groups asked for read as from the file, the others left unread"
+def test_a_part_files_bytes_hold_what_its_row_groups_read(big, monkeypatch):
+    "The bytes cuDF decodes a window from (`_file_bytes`, then the device): the row groups asked for read as from the file, the others not"
     import fastai_gpu_tabular.stream as st
     monkeypatch.setattr(st, 'READ_PIECE', 4096)  # many pieces on the copy threads, some ending inside a row group
     src = ProcessedSplit(big[1])
     f, want = src.files[0], [1, 3]
     spans, size = src.spans[0]
     assert size == os.path.getsize(f) and len(spans) == pq.ParquetFile(f).metadata.num_row_groups > 3
-    b = src._host_file(0, want, fill=0xAB)
-    assert isinstance(b, bytes) and len(b) == size
+    buf = torch.full((size + 100,), 0xAB, dtype=torch.uint8)
+    ranges = src._file_bytes(0, want, buf)
+    b = buf[:size].numpy().tobytes()
+    assert ranges[0][0] == 0 and ranges[-1][1] == size and buf[size:].eq(0xAB).all()
     pf = pq.ParquetFile(pa.BufferReader(b))
     assert pf.read_row_groups(want).equals(pq.ParquetFile(f).read_row_groups(want))
     raw = open(f, 'rb').read()
@@ -306,18 +308,7 @@ def test_a_part_files_host_bytes_hold_what_its_row_groups_read(big, monkeypatch)
         assert (b[a:e] == raw[a:e]) == (j in want) and (j in want or set(b[a:e]) == {0xAB})
     unread = sum(e-a for j, (a, e) in enumerate(spans) if j not in want)
     assert sum(x != y for x, y in zip(b, raw)) <= unread and b[:4] == b[-4:] == b'PAR1'
+    assert sum(e-a for a, e in ranges) == size - unread
     assert st._read_ranges([(4, 10), (10, 20), (20, 30)], [1], 40) == [(0, 4), (10, 20), (30, 40)]
     with pytest.raises(Exception): pq.ParquetFile(pa.BufferReader(b)).read_row_groups([0])
-
-def test_large_host_bytes_give_their_pages_back_outside_the_gil_and_keep_their_header():
-    "`_release`: a window's bytes return their whole pages before they are freed (their header and partial pages untouched)"
-    import fastai_gpu_tabular.stream as st
-    n = (64 << 20) + 123
-    b, v = st._unwritten_bytes(n, fill=7)
-    del v
-    st._release(b)
-    assert len(b) == n and b[0] == b[-1] == 7 and b[n // 2] == 0 and b.count(0) > n - 3*st._PAGE
-    small, v = st._unwritten_bytes(1 << 20, fill=7)
-    del v
-    st._release(small)
-    assert small.count(7) == len(small)  # small ones are left to `free`
+    with pytest.raises(ValueError, match=f'{os.path.basename(f)}.*do not fit'): src._file_bytes(0, want, buf[:size-1])
