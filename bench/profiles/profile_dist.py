@@ -20,7 +20,8 @@ p.add_argument('--links', action='store_true', help="first: the ranks' all-reduc
 p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of the tables' rows: 'rows', 'whole' (default: 'auto')")
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
 p.add_argument('--decode', default='auto', choices=['auto', 'host', 'path'],
-               help="cuDF's source for local part files: 'host' bytes on a side stream, 'path' on cuDF's stream, 'auto' the library's rule")
+               help="cuDF's source for local part files: 'host' their bytes read by the loader (to the device on a side stream), 'path' cuDF's "
+                    "read of the path, 'auto' the library's rule (None: bytes only on several ranks)")
 p.add_argument('--stacks', type=float, default=0, metavar='MS',
                help="with --timeline: every thread's Python stack each MS ms; for the 4 longest gaps after batch 0, what each thread was "
                     "in (`stacks<r>_of<w>.txt`), and the longest pause of the sampler (a thread holding the GIL)")
