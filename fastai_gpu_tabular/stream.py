@@ -55,8 +55,8 @@ def _procs(fs, root):
         return load_procs(d)
 
 # %% ../nbs/04c_stream.ipynb #119d3c86
-# cuDF decodes local part files from their bytes on the device, read into pinned memory and copied on a side stream (True): its read
-# of a path waits for the whole device, and from host `bytes` its copy from pageable memory held every thread's CUDA calls ~150 ms a GB
+# cuDF decodes local part files from their bytes read into pinned memory, which the GPU addresses (True): its read of a path waits
+# for the whole device, and from host `bytes` its copy from pageable memory held every thread's CUDA calls ~150 ms a GB
 # (bench/profiles/host_read_stall.py); None: only where several ranks train; False: cuDF reads the paths
 CUDF_FROM_HOST = True
 READ_PIECE = 16 << 20  # bytes of a file read by one thread at a time
@@ -214,18 +214,17 @@ class ProcessedSplit:
         _read_into(self.files[i], memoryview(buf.numpy()), ranges := _read_ranges(spans, rgs, size))
         return ranges
 
-    def _device_file(self, i:int, rgs:list, device)->Tensor:
-        """Local part file `i` as `uint8` of its length on `device` holding what row groups `rgs` need (`_file_bytes`): read into this
-        thread's pinned buffer (the largest file's length, pinned once), copied on the current (side) stream, which it waits for"""
+    def _pinned_file(self, i:int, rgs:list):
+        """Local part file `i` as libcudf's device source (a `Span`): what row groups `rgs` need (`_file_bytes`) in this thread's pinned
+        buffer (the largest file's length, pinned once), which the GPU reads in place (unified addressing): libcudf copies only the
+        pages it decodes, and no file's length sits on the device"""
         buf = _pinned(max(n for _,n in self.spans))
-        ranges,res = self._file_bytes(i, rgs, buf),torch.empty(self.spans[i][1], dtype=torch.uint8, device=device)
-        for a,b in ranges: res[a:b].copy_(buf[a:b], non_blocking=True)
-        torch.cuda.current_stream(device).synchronize()  # the buffer holds the next file next; libcudf reads the footer on its own stream
-        return res
+        self._file_bytes(i, rgs, buf)
+        return types.SimpleNamespace(ptr=buf.data_ptr(), size=self.spans[i][1])
 
     def _cudf_side(self, by_file:dict, device)->TabTensors:
-        """Row groups {file: [row group]} decoded by cuDF on this thread's side stream, a file at a time from its bytes on the device
-        (`_device_file`: at most one part file's length there beside the window), handed to the training stream"""
+        """Row groups {file: [row group]} decoded by cuDF on this thread's side stream, a file at a time from its bytes in pinned memory
+        (`_pinned_file`), handed to the training stream"""
         import cudf, cupy, pylibcudf as plc
         from cuda.bindings import runtime
         side,main = _side_stream(device),torch.cuda.default_stream(device)
@@ -233,12 +232,11 @@ class ProcessedSplit:
         with torch.cuda.stream(side), cp_side:
             stream,mr,tbls = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device()),[]
             for i,rgs in by_file.items():
-                d = self._device_file(i, rgs, device)
-                src = plc.io.SourceInfo([types.SimpleNamespace(ptr=d.data_ptr(), size=d.numel())])  # a device `Span`
+                src = plc.io.SourceInfo([self._pinned_file(i, rgs)])
                 opts = plc.io.parquet.ParquetReaderOptions.builder(src).column_names(self.columns).use_pandas_metadata(False).build()
                 opts.set_row_groups([rgs])
                 tbls.append(plc.io.parquet.read_parquet(opts, stream=stream, mr=mr))
-                side.synchronize(); del d  # decoded: its bytes' memory goes to the next file
+                side.synchronize()  # decoded: the pinned buffer may hold the next file
             tbl = tbls[0] if len(tbls)==1 else plc.io.TableWithMetadata(
                 plc.concatenate.concatenate([t.tbl for t in tbls], stream, mr), [(n, []) for n in tbls[0].column_names()])
             t = _chunk(cudf.DataFrame.from_pylibcudf(tbl), self.names, self.ys, device)

@@ -60,8 +60,8 @@ def busy(seconds):
 
 @pytest.mark.gpu
 def test_a_window_decodes_beside_the_busy_training_stream(tmp_path, monkeypatch):
-    """A window's read, cuDF's decode (from its files' bytes on the device, a file at a time) and its row order's copy go on beside a busy
-    training stream, and give the CPU reader's rows"""
+    """A window's read, cuDF's decode (from its files' bytes in pinned memory, a file at a time) and its row order's copy go on beside a
+    busy training stream, and give the CPU reader's rows"""
     import fastai_gpu_tabular.stream as st
     monkeypatch.setattr(st, 'CUDF_FROM_HOST', True)
     to = TabularGPU(synth_criteo(300_000, cap=20_000, gpu=True), procs=[Categorify, FillMissing, Normalize],

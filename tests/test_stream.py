@@ -290,7 +290,7 @@ def test_write_parts_holds_at_most_threads_frames_and_keeps_order(tmp_path, monk
     with pytest.raises(OSError, match='disk full'): tab.write_parts(items(), tmp_path, 100, threads=2)
 
 def test_a_part_files_bytes_hold_what_its_row_groups_read(big, monkeypatch):
-    "The bytes cuDF decodes a window from (`_file_bytes`, then the device): the row groups asked for read as from the file, the others not"
+    "The bytes cuDF decodes a window from (`_file_bytes`, in pinned memory): the row groups asked for read as from the file, the others not"
     import fastai_gpu_tabular.stream as st
     monkeypatch.setattr(st, 'READ_PIECE', 4096)  # many pieces on the copy threads, some ending inside a row group
     src = ProcessedSplit(big[1])

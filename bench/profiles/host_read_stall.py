@@ -3,6 +3,7 @@ the training thread 38-61 ms each; `profile_dist.py --stacks` showed it blocked 
 thread was in `plc.io.parquet.read_parquet`). A thread launches a tiny kernel every 0.2 ms and records its longest gap while this
 thread decodes one file of `--rows` Criteo rows on a side stream, `--reps` times, from:
 - `bytes`: the file as `bytes` (what `ProcessedSplit._cudf_side` gives cuDF): libcudf copies pages from pageable memory;
+- `pinned`: the file read into pinned memory (pinned once) given to libcudf as a device span (UVA), no copy of ours;
 - `device`: the file read into pinned memory (pinned once), copied to the GPU on the side stream, given to libcudf as a device span.
 `--pieces K`: the file's row groups decoded in K reads in a row (is the stall a read's bytes, or each read's?); `--busy S`: S seconds
 of work queued on the default (training) stream first: does the read wait for it? (The launching thread is then behind it too.)
@@ -10,7 +11,7 @@ of work queued on the default (training) stream first: does the read wait for it
     python bench/profiles/host_read_stall.py --mode bytes; python bench/profiles/host_read_stall.py --mode device --busy 1"""
 import argparse, os, threading, time
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument('--mode', default='bytes', choices=['bytes', 'device'])
+p.add_argument('--mode', default='bytes', choices=['bytes', 'device', 'pinned'])
 p.add_argument('--rows', type=int, default=16_000_000)
 p.add_argument('--file', default='/dev/shm/host_read_stall.parquet')
 p.add_argument('--reps', type=int, default=3)
@@ -26,7 +27,7 @@ if not os.path.exists(a.file):
 size = os.path.getsize(a.file)
 import numpy as np, pyarrow.parquet as pq
 pieces = [g.tolist() for g in np.array_split(np.arange(pq.ParquetFile(a.file).num_row_groups), a.pieces)]
-pinned = torch.empty(size, dtype=torch.uint8, pin_memory=True) if a.mode == 'device' else None  # once: pinning takes long
+pinned = torch.empty(size, dtype=torch.uint8, pin_memory=True) if a.mode != 'bytes' else None  # once: pinning takes long
 
 class Span:
     "A device tensor as pylibcudf's `Span` (`ptr`, `size`)"
@@ -41,6 +42,9 @@ def read():
         with torch.cuda.stream(side): d = pinned.to(dev, non_blocking=True)
         side.synchronize()  # libcudf reads the footer on a stream of its own
         src = Span(d)
+    elif a.mode == 'pinned':  # the pinned buffer itself as libcudf's device source (UVA): it copies what it reads
+        with open(a.file, 'rb', buffering=0) as f: f.readinto(pinned.numpy())
+        src = Span(pinned)
     else:
         with open(a.file, 'rb') as f: src = f.read()
     n = 0
