@@ -6,6 +6,7 @@
 from __future__ import annotations
 import functools, json, os, random, tempfile, threading, time, types
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from fastai.torch_basics import *
 from fastai.data.core import TfmdDL
 from fastai.data.block import TransformBlock
@@ -189,7 +190,7 @@ class ProcessedSplit:
         device = torch.device(ifnone(device, 'cpu'))
         by_file = {}
         for g in gs: by_file.setdefault(self.groups[g][0], []).append(self.groups[g][1])
-        local = 'file' in self.fs.protocol or self.fs.protocol=='local'
+        local = self.local
         if device.type=='cuda' and reader=='cudf':
             import cudf
             fns = [self.fs.unstrip_protocol(self.files[i]) for i in by_file]
@@ -214,25 +215,29 @@ class ProcessedSplit:
         _read_into(self.files[i], memoryview(buf.numpy()), ranges := _read_ranges(spans, rgs, size))
         return ranges
 
-    def _pinned_file(self, i:int, rgs:list):
-        """Local part file `i` as libcudf's device source (a `Span`): what row groups `rgs` need (`_file_bytes`) in this thread's pinned
-        buffer (the largest file's length, pinned once), which the GPU reads in place (unified addressing): libcudf copies only the
-        pages it decodes, and no file's length sits on the device"""
-        buf = _pinned(max(n for _,n in self.spans))
+    def _pinned_file(self, i:int, rgs:list, buf:Tensor):
+        """Local part file `i` as libcudf's device source (a `Span`): what row groups `rgs` need (`_file_bytes`) in pinned buffer `buf`,
+        which the GPU reads in place (unified addressing): libcudf copies only the pages it decodes, and no file's length sits on the
+        device"""
         self._file_bytes(i, rgs, buf)
         return types.SimpleNamespace(ptr=buf.data_ptr(), size=self.spans[i][1])
 
+    @property
+    def largest(self)->int: return max((n for _,n in self.spans), default=0)  # bytes of the largest part file
+    @property
+    def local(self)->bool: return 'file' in self.fs.protocol or self.fs.protocol=='local'  # the part files on this machine's disks
+
     def _cudf_side(self, by_file:dict, device)->TabTensors:
         """Row groups {file: [row group]} decoded by cuDF on this thread's side stream, a file at a time from its bytes in pinned memory
-        (`_pinned_file`), handed to the training stream"""
+        (`_pinned_file`; a buffer of `_pinned_lease`), handed to the training stream"""
         import cudf, cupy, pylibcudf as plc
         from cuda.bindings import runtime
         side,main = _side_stream(device),torch.cuda.default_stream(device)
         cp_side = cupy.cuda.Stream.from_external(side) if hasattr(side, '__cuda_stream__') else cupy.cuda.ExternalStream(side.cuda_stream)
-        with torch.cuda.stream(side), cp_side:
+        with torch.cuda.stream(side), cp_side, _pinned_lease(self.largest) as buf:
             stream,mr,tbls = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device()),[]
             for i,rgs in by_file.items():
-                src = plc.io.SourceInfo([self._pinned_file(i, rgs)])
+                src = plc.io.SourceInfo([self._pinned_file(i, rgs, buf)])
                 opts = plc.io.parquet.ParquetReaderOptions.builder(src).column_names(self.columns).use_pandas_metadata(False).build()
                 opts.set_row_groups([rgs])
                 tbls.append(plc.io.parquet.read_parquet(opts, stream=stream, mr=mr))
@@ -293,6 +298,26 @@ def _pinned(nbytes:int)->Tensor:
     if getattr(_arena, 'buf', None) is None or _arena.buf.numel() < nbytes:
         _arena.buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
     return _arena.buf
+
+def _pin(nbytes:int)->Tensor: return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+_pins,_pins_lock = [],threading.Lock()
+
+@contextmanager
+def _pinned_lease(nbytes:int):
+    """A pinned host buffer of at least `nbytes` bytes held for the block: a free one of the process's, or one pinned now (and the
+    smaller free ones dropped); pinning takes long and holds other threads' CUDA calls, so the buffers outlive the reading threads"""
+    with _pins_lock:
+        if fit := [j for j,b in enumerate(_pins) if b.numel() >= nbytes]: buf = _pins.pop(min(fit, key=lambda j: _pins[j].numel()))
+        else: buf = _pins.clear()  # (`list.remove` would compare tensors)
+    if buf is None: buf = _pin(int(nbytes*1.25))
+    try: yield buf
+    finally:
+        with _pins_lock: _pins.append(buf)
+
+def _warm_pins(nbytes:int, k:int):
+    "Have `k` pinned buffers of at least `nbytes` bytes free at once (`_pinned_lease`): a loader's reading threads' before they read"
+    with ExitStack() as st:
+        for _ in range(k): st.enter_context(_pinned_lease(nbytes))
 
 def _host_blocks(tbl, blocks:list, pin:bool)->list:
     "Each (names, dtype) of `blocks`: those columns of `tbl` as a (columns, rows) tensor (`_pinned` if `pin`), a column a thread"
@@ -382,6 +407,8 @@ class ParquetDataLoader(BatchDataLoader):
         super().__init__(dataset, bs=bs, shuffle=shuffle, drop_last=drop_last, **kwargs)
         self.n,self.mem_bytes,self.log = self.src.n,mem_bytes,None
         self.window_bytes()
+        if reader=='cudf' and CUDF_FROM_HOST is not False and self.src.local and not (self.extra_names or self.src.names['mh_names']):
+            threading.Thread(target=_warm_pins, args=(self.src.largest, prefetch), daemon=True, name='fgt-pin').start()  # `_cudf_side`'s
 
     def _row_bytes(self)->int:
         "The most bytes a row of a row group takes as tensors"

@@ -289,6 +289,22 @@ def test_write_parts_holds_at_most_threads_frames_and_keeps_order(tmp_path, monk
     monkeypatch.setattr(tab, 'write_part', bad)
     with pytest.raises(OSError, match='disk full'): tab.write_parts(items(), tmp_path, 100, threads=2)
 
+def test_pinned_buffers_are_lent_again_and_dropped_for_larger_ones(monkeypatch):
+    "`_pinned_lease`: a free buffer that fits is lent again, two held at once are two, a larger need drops the smaller free ones"
+    import fastai_gpu_tabular.stream as st
+    made = []
+    monkeypatch.setattr(st, '_pin', lambda n: made.append(n) or torch.empty(n, dtype=torch.uint8))  # pinning needs CUDA
+    monkeypatch.setattr(st, '_pins', [])
+    st._warm_pins(1000, 2)  # what a loader's thread does before its reading threads need them
+    assert made == [1250, 1250] and len(st._pins) == 2
+    with st._pinned_lease(900) as a, st._pinned_lease(1000) as b:
+        assert a is not b and len(made) == 2 and not st._pins
+        with st._pinned_lease(10) as c: assert made[2:] == [12] and c.numel() == 12  # none free: pinned now
+    assert sorted(x.numel() for x in st._pins) == [12, 1250, 1250]
+    with st._pinned_lease(1100) as d: assert d.numel() == 1250 and len(made) == 3  # the smallest free one that fits
+    with st._pinned_lease(2000) as e: assert e.numel() == 2500 and not st._pins  # none fits: the smaller free ones dropped
+    assert [x.numel() for x in st._pins] == [2500]
+
 def test_a_part_files_bytes_hold_what_its_row_groups_read(big, monkeypatch):
     "The bytes cuDF decodes a window from (`_file_bytes`, in pinned memory): the row groups asked for read as from the file, the others not"
     import fastai_gpu_tabular.stream as st
