@@ -159,6 +159,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.Checkpoint.__init__': ( 'distributed.html#checkpoint.__init__',
                                                                                                         'fastai_gpu_tabular/distributed.py'),
+                                                'fastai_gpu_tabular.distributed.Checkpoint._write': ( 'distributed.html#checkpoint._write',
+                                                                                                      'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.Checkpoint.after_batch': ( 'distributed.html#checkpoint.after_batch',
                                                                                                            'fastai_gpu_tabular/distributed.py'),
                                                 'fastai_gpu_tabular.distributed.Checkpoint.after_epoch': ( 'distributed.html#checkpoint.after_epoch',

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_distributed.ipynb #91bd22e6
 from __future__ import annotations
-import random, uuid
+import random, time, uuid
 from fastai.basics import *
 from fastai.distributed import *
 from fastai.distributed import DistributedTrainer
@@ -301,7 +301,7 @@ class Checkpoint(Callback):
     ): store_attr()
 
     def before_fit(self):
-        self.pos,self.skip0,self.saved,self.bytes,self.n_saves = None,0,None,0,0
+        self.pos,self.skip0,self.saved,self.bytes,self.n_saves,self.seconds,self.train_seconds = None,0,None,0,0,0.,0.
         if self.resume is None: return
         p = next(get_model(self.model).parameters())
         st = load_checkpoint(self.resume, p.device)
@@ -340,7 +340,15 @@ class Checkpoint(Callback):
 
     def save(self, epoch:int, batch:int):
         """Write the run's state at `batch` of `epoch` (rank 0 only): the weights to a new safetensors file, then the rest naming it;
-        first, on every rank, each callback's `before_checkpoint` (`ShardTables` sends each rank's tables and their state)"""
+        first, on every rank, each callback's `before_checkpoint` (`ShardTables` sends each rank's tables and their state). Its
+        seconds add up in `seconds`, those of saves inside a training phase (`every`) in `train_seconds` too"""
+        t0 = time.perf_counter()
+        try: self._write(epoch, batch)
+        finally:
+            dt = time.perf_counter() - t0
+            self.seconds += dt; self.train_seconds += dt*self.training
+
+    def _write(self, epoch:int, batch:int):
         for cb in self.learn.cbs:
             if hasattr(type(cb), 'before_checkpoint'): cb.before_checkpoint()
         if rank_distrib(): return

@@ -586,8 +586,9 @@ def main(
                 train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None), indent=1))
         if stop.stopped or rank_distrib(): return learn
         fit = ph.s.pop('fit')
-        ph.s.update(train=timer.seconds, validation=timer.valid_seconds,
-                    checkpoints=fit-timer.seconds-timer.valid_seconds)  # the rest of the fit: saving, callbacks
+        out_ck = ckpt.seconds-ckpt.train_seconds  # saves inside training phases (`--checkpoint-every`) count as training, as before
+        ph.s.update(train=timer.seconds, validation=timer.valid_seconds, checkpoints=out_ck,  # the rest of the fit below:
+                    fit_other=fit-timer.seconds-timer.valid_seconds-out_ck)  # callbacks' setup and end (several ranks: NCCL's)
         ph.lap('validation')
         save_run(learn, out/'model', getattr(keep, 'loaded', None))  # first: nothing below can lose the trained model
         ph.lap('save')

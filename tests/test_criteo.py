@@ -47,7 +47,8 @@ def test_the_cli_reads_it_by_name_as_a_folder_and_as_a_glob(tmp_path):
     assert 0.5 < m['roc_auc_score'] < 1 and learn.dls.train.n > 4_000
     assert {e.embedding_dim for e in learn.model.embeds} == {8} and len(learn.model.embeds) == 39
     ph = m['phases_s']  # named by what they are: no 'preprocessing' for a processed folder
-    assert list(ph) == ['data', 'model', 'lr_find', 'train', 'validation', 'checkpoints', 'save'] and all(v >= 0 for v in ph.values())
+    assert list(ph) == ['data', 'model', 'lr_find', 'train', 'validation', 'checkpoints', 'fit_other', 'save']
+    assert all(v >= 0 for v in ph.values()) and ph['checkpoints'] > 0  # the epoch's save, timed by `Checkpoint`
     assert abs(sum(ph.values()) - m['total_s']) < 1e-6 and m['saved_bytes'] > 0
     with pytest.raises(ValueError, match="`emb_dim`: 'nope' is not a categorical column"):
         train(data=str(tmp_path/'b'), epochs=1, bs=512, cpu=True, out=str(tmp_path/'run2'), emb_dim='nope=4')
