@@ -237,11 +237,12 @@ class ProcessedSplit:
         with torch.cuda.stream(side), cp_side, _pinned_lease(self.largest) as buf:
             stream,mr,tbls = runtime.cudaStream_t(side.cuda_stream),_async_mr(torch.cuda.current_device()),[]
             for i,rgs in by_file.items():
-                src = plc.io.SourceInfo([self._pinned_file(i, rgs, buf)])
-                opts = plc.io.parquet.ParquetReaderOptions.builder(src).column_names(self.columns).use_pandas_metadata(False).build()
-                opts.set_row_groups([rgs])
-                tbls.append(plc.io.parquet.read_parquet(opts, stream=stream, mr=mr))
-                side.synchronize()  # decoded: the pinned buffer may hold the next file
+                try:
+                    src = plc.io.SourceInfo([self._pinned_file(i, rgs, buf)])
+                    opts = plc.io.parquet.ParquetReaderOptions.builder(src).column_names(self.columns).use_pandas_metadata(False).build()
+                    opts.set_row_groups([rgs])
+                    tbls.append(plc.io.parquet.read_parquet(opts, stream=stream, mr=mr))
+                finally: side.synchronize()  # decoded (or failed): the pinned buffer may hold the next file, or another thread's
             tbl = tbls[0] if len(tbls)==1 else plc.io.TableWithMetadata(
                 plc.concatenate.concatenate([t.tbl for t in tbls], stream, mr), [(n, []) for n in tbls[0].column_names()])
             t = _chunk(cudf.DataFrame.from_pylibcudf(tbl), self.names, self.ys, device)
