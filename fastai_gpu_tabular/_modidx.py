@@ -747,6 +747,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                      'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ProcessedSplit._pinned_file': ( 'stream.html#processedsplit._pinned_file',
                                                                                                       'fastai_gpu_tabular/stream.py'),
+                                           'fastai_gpu_tabular.stream.ProcessedSplit._side_read': ( 'stream.html#processedsplit._side_read',
+                                                                                                    'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ProcessedSplit.check_values': ( 'stream.html#processedsplit.check_values',
                                                                                                       'fastai_gpu_tabular/stream.py'),
                                            'fastai_gpu_tabular.stream.ProcessedSplit.empty': ( 'stream.html#processedsplit.empty',

@@ -190,18 +190,17 @@ class ProcessedSplit:
         device = torch.device(ifnone(device, 'cpu'))
         by_file = {}
         for g in gs: by_file.setdefault(self.groups[g][0], []).append(self.groups[g][1])
-        local = self.local
         if device.type=='cuda' and reader=='cudf':
             import cudf
             fns = [self.fs.unstrip_protocol(self.files[i]) for i in by_file]
             with torch.cuda.device(device), _naming(', '.join(fns), list(by_file.values())):
-                if host and local and not extra_names and not self.names['mh_names']: return self._cudf_side(by_file, device)
+                if host and self._side_read(extra_names): return self._cudf_side(by_file, device)
                 df = cudf.read_parquet(fns, row_groups=list(by_file.values()), columns=self.columns+list(extra_names))
                 return _chunk(df, self.names, self.ys, device, extra_names)  # on `device`: a reading thread starts on device 0
         import pyarrow as pa, pyarrow.parquet as pq
         def _one(i, rgs):
             with _naming(self.files[i], rgs):
-                if not local:
+                if not self.local:
                     with self.fs.open(self.files[i], 'rb') as fh:
                         return pq.ParquetFile(fh).read_row_groups(rgs, columns=self.columns+list(extra_names))
                 return self._local_file(i).read_row_groups(rgs, columns=self.columns+list(extra_names))
@@ -226,6 +225,7 @@ class ProcessedSplit:
     def largest(self)->int: return max((n for _,n in self.spans), default=0)  # bytes of the largest part file
     @property
     def local(self)->bool: return 'file' in self.fs.protocol or self.fs.protocol=='local'  # the part files on this machine's disks
+    def _side_read(self, extra_names=())->bool: return self.local and not extra_names and not self.names['mh_names']  # `_cudf_side` can
 
     def _cudf_side(self, by_file:dict, device)->TabTensors:
         """Row groups {file: [row group]} decoded by cuDF on this thread's side stream, a file at a time from its bytes in pinned memory
@@ -297,7 +297,7 @@ _arena = threading.local()
 def _pinned(nbytes:int)->Tensor:
     "This thread's pinned host buffer of at least `nbytes` bytes, grown as needed (pinning memory for every window took ~30 ms a window)"
     if getattr(_arena, 'buf', None) is None or _arena.buf.numel() < nbytes:
-        _arena.buf = torch.empty(int(nbytes*1.25), dtype=torch.uint8, pin_memory=True)
+        _arena.buf = _pin(int(nbytes*1.25))
     return _arena.buf
 
 def _pin(nbytes:int)->Tensor: return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -308,8 +308,9 @@ def _pinned_lease(nbytes:int):
     """A pinned host buffer of at least `nbytes` bytes held for the block: a free one of the process's, or one pinned now (and the
     smaller free ones dropped); pinning takes long and holds other threads' CUDA calls, so the buffers outlive the reading threads"""
     with _pins_lock:
-        if fit := [j for j,b in enumerate(_pins) if b.numel() >= nbytes]: buf = _pins.pop(min(fit, key=lambda j: _pins[j].numel()))
-        else: buf = _pins.clear()  # (`list.remove` would compare tensors)
+        fit = [j for j,b in enumerate(_pins) if b.numel() >= nbytes]  # by index: `list.remove` would compare tensors
+        if fit: buf = _pins.pop(min(fit, key=lambda j: _pins[j].numel()))
+        else: _pins.clear(); buf = None  # none fits: the smaller free ones go, a larger one is pinned below
     if buf is None: buf = _pin(int(nbytes*1.25))
     try: yield buf
     finally:
@@ -408,7 +409,7 @@ class ParquetDataLoader(BatchDataLoader):
         super().__init__(dataset, bs=bs, shuffle=shuffle, drop_last=drop_last, **kwargs)
         self.n,self.mem_bytes,self.log = self.src.n,mem_bytes,None
         self.window_bytes()
-        if reader=='cudf' and CUDF_FROM_HOST is not False and self.src.local and not (self.extra_names or self.src.names['mh_names']):
+        if reader=='cudf' and CUDF_FROM_HOST is not False and self.src._side_read(self.extra_names):
             threading.Thread(target=_warm_pins, args=(self.src.largest, prefetch), daemon=True, name='fgt-pin').start()  # `_cudf_side`'s
 
     def _row_bytes(self)->int:
