@@ -4,7 +4,8 @@ import json, os, shutil, subprocess, sys
 from pathlib import Path
 import numpy as np, pandas as pd, pytest, torch
 import pyarrow as pa, pyarrow.parquet as pq
-from fastai.tabular.all import RegressionBlock, ProgressCallback, set_seed, tabular_config, accuracy, RocAucBinary
+from fastai.tabular.all import (explode_types, CategoryBlock, RegressionBlock, ProgressCallback, set_seed, tabular_config, accuracy,
+                                RocAucBinary)
 from fastai.tabular.data import TabularDataLoaders
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit
@@ -127,6 +128,29 @@ def test_without_shuffle_the_batches_and_losses_of_the_batch_loader(tmp_path):
     b = losses(TabularDataLoaders.from_processed(path, bs=1000, mem_bytes=400_000, shuffle=False, device='cpu'))
     np.testing.assert_allclose(b[0], a[0], rtol=1e-6)
     np.testing.assert_allclose(b[1], a[1], rtol=1e-6)
+
+def multi_hot_folder(path, n=3_000):
+    "`n` rows with a multi-hot column 'g' (0-3 of 7 tags, some missing) processed into `path`"
+    rng = np.random.default_rng(0)
+    g = [None if rng.random() < .1 else '|'.join(rng.choice(list('abcdefg'), rng.integers(0, 4), replace=False)) for _ in range(n)]
+    df = pd.DataFrame({'a': rng.integers(0, 20, n), 'g': g, 'y': rng.integers(0, 2, n)})
+    to = TabularGPU(df, procs=[Categorify], cat_names=['a'], mh_names=['g'], y_names='y', y_block=CategoryBlock(),
+                    splits=RandomRowSplit(0.2, 0))
+    return to.to_parquet(path, row_group_rows=500)
+
+@pytest.mark.parametrize('shape', ['tabular', 'multi-hot'])
+def test_a_ranks_copy_reads_no_rows_and_knows_the_batches_types(tmp_path, big, shape, monkeypatch):
+    "`new` (each rank's `sharded` copy, made by `distrib_ctx`) takes the batches' types from the schema: no row group is read for it"
+    import fastai_gpu_tabular.distributed  # `BatchDataLoader.sharded`
+    path = big[1] if shape == 'tabular' else multi_hot_folder(tmp_path/'mh')
+    dls, reads, read = TabularDataLoaders.from_processed(path, bs=512, device='cpu'), [], ProcessedSplit.read
+    monkeypatch.setattr(ProcessedSplit, 'read', lambda self, gs, *a, **k: reads.append(gs) or read(self, gs, *a, **k))
+    for dl in dls:
+        one = dl.sharded(1, 2)
+        assert reads == [] and (one.rank, one.world_size) == (1, 2) and one._n_inp == (3 if shape == 'multi-hot' else 2)
+        b = next(iter(one))
+        assert reads and one._types == explode_types(b) and len(b) == one._n_inp + 1
+        reads.clear()
 
 def test_the_next_window_is_read_before_this_ones_last_batch(big):
     _, path, mem = big

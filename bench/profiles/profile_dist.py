@@ -2,7 +2,9 @@
 time (perf_counter) and a CUDA event (no sync) at fastai's batch events over `--steps` training batches after `--warm`, then the
 torch profiler's busiest host ops and kernels over `--prof` more. One file a rank in `--log`: `rank<r>_of<w>.txt` (the segments)
 and `rank<r>_of<w>.json`. The GPU's time between two events includes its waits for the host, so a segment's two figures say
-which side bounds it; `after_batch -> before_batch` is the loader's `next` and fastai's loop between batches.
+which side bounds it; `after_batch -> before_batch` is the loader's `next` and fastai's loop between batches. Every run also
+writes what the fit held outside its batches on each rank (`events<r>_of<w>.json`: the setup, each event's callbacks, the 5 slowest
+callback events, when each rank reached `before_fit`): what `fgt-train` reports as `fit_other`; `--cprofile CALLBACK.EVENT` profiles one.
 
     accelerate launch --num_processes 2 bench/profiles/profile_dist.py --log /tmp/prof -- --data <processed folder> --epochs 1"""
 import argparse, json, os, sys, time
@@ -27,6 +29,8 @@ p.add_argument('--stacks', type=float, default=0, metavar='MS',
                     "in (`stacks<r>_of<w>.txt`), and the longest pause of the sampler (a thread holding the GIL)")
 p.add_argument('--first-batch', type=int, default=0, metavar='N',
                help="with --timeline: cProfile the first N training batches' steps (main thread), `first<r>_of<w>.txt` in `--log`")
+p.add_argument('--cprofile', nargs='*', default=[], metavar='CALLBACK.EVENT',
+               help="cProfile these callbacks' calls at the fit's events (e.g. DistributedTrainer.before_fit): `<name>_<r>_of<w>.txt` in `--log`")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 import torch
@@ -153,8 +157,48 @@ if a.reader:
 
 for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
 
+FIT_EVENTS = {'before_fit', 'before_epoch', 'before_train', 'after_train', 'before_validate', 'after_validate', 'after_epoch', 'after_fit'}
+FIT_LOG = []  # (event, callback, host start, host end) of each callback's call at the fit's events outside its batches
+_cb_call = Callback.__call__
+def _timed_call(self, event_name):
+    if event_name not in FIT_EVENTS: return _cb_call(self, event_name)
+    t0, name = time.perf_counter(), f'{type(self).__name__}.{event_name}'
+    if name in a.cprofile:
+        import cProfile; cp = cProfile.Profile(); cp.enable()
+    try: return _cb_call(self, event_name)
+    finally:
+        FIT_LOG.append((event_name, type(self).__name__, t0, time.perf_counter()))
+        if name in a.cprofile: cp.disable(); cprofile_report(cp, name)
+
+def cprofile_report(cp, name):
+    "`name`'s call by cumulative time: `<name>_<r>_of<w>.txt` in `--log`"
+    import io, pstats
+    s, (r, w) = io.StringIO(), rank_world(); pstats.Stats(cp, stream=s).sort_stats('cumulative').print_stats(40)
+    log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'{name}_{r}_of{w}.txt').write_text(s.getvalue())
+Callback.__call__ = _timed_call
+
+def fit_report(t_in, t_out, wall0):
+    """What `fgt-train`'s `fit` phase holds outside its batches, on this rank (`events<r>_of<w>.json`, a printed line): the setup
+    before the first `before_fit` call (`distrib_ctx`, `fit_one_cycle`'s own), each event's callbacks summed over epochs and the
+    5 slowest (callback, event), the end after `after_fit`; `at_fit_s`: this rank's wall clock at `before_fit` after the earliest rank's"""
+    r, w = rank_world(); ev, cb = defaultdict(float), defaultdict(float)
+    for e, c, t0, t1 in FIT_LOG: ev[e] += (t1 - t0) * 1e3; cb[f'{c}.{e}'] += (t1 - t0) * 1e3
+    first, last = min(t0 for e, _, t0, _ in FIT_LOG if e == 'before_fit'), max(t1 for e, _, _, t1 in FIT_LOG if e == 'after_fit')
+    res = dict(rank=r, world=w, setup_ms=(first - t_in) * 1e3, **{f'{e}_ms': v for e, v in ev.items()}, end_ms=(t_out - last) * 1e3,
+               slowest_ms={k: round(v, 1) for k, v in sorted(cb.items(), key=lambda o: -o[1])[:5]})
+    if w > 1 and torch.distributed.is_initialized():
+        walls = [None] * w; torch.distributed.all_gather_object(walls, wall0 + first - t_in); res['at_fit_s'] = walls[r] - min(walls)
+    res = {k: round(v, 1) if k.endswith('_ms') and isinstance(v, float) else v for k, v in res.items()}
+    log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'events{r}_of{w}.json').write_text(json.dumps(res))
+    print(f"rank {r} of {w}, the fit's events: " + ', '.join(f'{k} {v:.3f}' if k == 'at_fit_s' else f'{k} {v}'
+                                                            for k, v in res.items() if k not in ('rank', 'world')), flush=True)
+
 _fit_step = T.fit_step
-def fit_step(learn, epochs, lr, cbs, *args, **kwargs): return _fit_step(learn, epochs, lr, cbs + [Timeline() if a.timeline else Marks()], *args, **kwargs)
+def fit_step(learn, epochs, lr, cbs, *args, **kwargs):
+    t_in, wall0 = time.perf_counter(), time.time(); FIT_LOG.clear()
+    out = _fit_step(learn, epochs, lr, cbs + [Timeline() if a.timeline else Marks()], *args, **kwargs)
+    fit_report(t_in, time.perf_counter(), wall0)
+    return out
 T.fit_step = fit_step
 
 def links():
