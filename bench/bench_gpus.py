@@ -6,7 +6,7 @@ pages stay in the OS cache after the first); `--rounds 2` adds a warm round.
     python bench/bench_gpus.py --data <processed folder> --gpus 1 2 4 -- --bs 65536
 
 Each count is a fresh `accelerate launch` (`python -m accelerate.commands.launch --num_processes N -m fastai_gpu_tabular.train
---data D --epochs 1 --overwrite --out ...`, with the arguments after `--`). Targets (issue 54): 2 GPUs >= 1.8x one, 4 >= 3.4x;
+--data D --epochs 1 --overwrite --out ...`, with the arguments after `--`), or with `--launcher fgt` `fgt-train --num-processes N`. Targets (issue 54): 2 GPUs >= 1.8x one, 4 >= 3.4x;
 a launch's wall time <= 1.3x its training phase; AUC within 0.002 of one GPU's."""
 import argparse, json, os, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -18,6 +18,9 @@ p.add_argument('--data', required=True, help='a processed folder (fgt-prep --out
 p.add_argument('--gpus', type=int, nargs='+', default=[1, 2])
 p.add_argument('--rounds', type=int, default=1, help='rounds over the counts: the first is a first run, the others warm')
 p.add_argument('--name', default='gpus')
+p.add_argument('--launcher', default='accelerate', choices=['accelerate', 'fgt'],
+               help="'accelerate': `accelerate launch --num_processes N -m fastai_gpu_tabular.train`; 'fgt': `fgt-train --num-processes N` "
+                    "(its own launch, torch not imported before the ranks start)")
 a, rest = p.parse_known_args()
 rest = [o for o in rest if o != '--']
 env = dict(os.environ, NCCL_NVLS_ENABLE='0', TORCH_SYMM_MEM_DISABLE_MULTICAST='1', NVSHMEM_DISABLE_NVLS='1')
@@ -25,10 +28,12 @@ rows, tmp = [], Path(tempfile.mkdtemp())
 for rnd in range(1, a.rounds+1):
     for n in a.gpus:
         out = tmp/f'run{n}'
-        cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n), '--num_machines', '1', '--mixed_precision',
-               'no', '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) + ['-m', 'fastai_gpu_tabular.train', '--data', a.data,
-               '--epochs', '1', '--overwrite', '--out', str(out), *rest]
-        print(' '.join(cmd[3:]), flush=True)
+        run = ['--data', a.data, '--epochs', '1', '--overwrite', '--out', str(out), *rest]
+        cmd = ([sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n), '--num_machines', '1', '--mixed_precision',
+                'no', '--dynamo_backend', 'no'] + (['--multi_gpu'] if n > 1 else []) + ['-m', 'fastai_gpu_tabular.train', *run]
+               if a.launcher == 'accelerate' else  # `fgt-train`'s console script, installed or not
+               [sys.executable, '-c', 'from fastai_gpu_tabular.cli import train; train()', '--num-processes', str(n), *run])
+        print(' '.join(cmd[3:]) if a.launcher == 'accelerate' else 'fgt-train ' + ' '.join(cmd[3:]), flush=True)
         cache = tmp/f'triton{n}'  # each count's own: round 1 compiles for every count alike, later rounds reuse it
         t0 = time.perf_counter(); subprocess.run(cmd, check=True, env=dict(env, TRITON_CACHE_DIR=str(cache))); wall = time.perf_counter() - t0
         m = json.loads((out/'metrics.json').read_text())
@@ -40,4 +45,4 @@ for r in rows:
     r.update(vs_first=r['train_rows_s']/one, wall_over_train=r['wall_s']/r['train_s'])
 for r in rows: r.update({k: round(v, 3) for k, v in r.items() if isinstance(v, float)})
 report(a.name, rows, ['round', 'gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph', 'capture_s'],
-       dict(bench='gpus', data=a.data, args=rest))
+       dict(bench='gpus', data=a.data, args=rest, launcher=a.launcher))

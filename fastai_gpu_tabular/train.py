@@ -21,6 +21,7 @@ from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_ch
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
 from .loader import device_bytes_free
+from .cli import launch_ranks
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
@@ -28,7 +29,8 @@ __all__ = ['RUN_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH
            'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'parse_layers',
            'check_args', 'finished', 'run_lock', 'claim_out', 'run_settings', 'check_run', 'check_processed_names',
            'read_step', 'table_params', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step',
-           'model_memory', 'fit_step', 'report_step', 'end_ranks', 'main', 'predict', 'warn_unseen', 'predict_cli']
+           'model_memory', 'fit_step', 'report_step', 'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen',
+           'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -285,7 +287,7 @@ def run_settings(args:dict, dls, to, world:int)->dict:
     return json.loads(json.dumps(st))
 
 def _flag(k:str)->str:
-    return dict(processes='processes (`accelerate launch --num_processes`)', vocab='vocabulary sizes (the data)',
+    return dict(processes='processes (`--num-processes`, `accelerate launch --num_processes`)', vocab='vocabulary sizes (the data)',
                 split_rows='rows of the training and validation splits (the data)').get(k, f"`--{k.replace('_', '-')}`")
 
 def check_run(out:Path, st:dict, resume:bool):
@@ -473,6 +475,15 @@ def _ends_ranks(f):
         return res
     return _g
 
+def check_ranks(num_processes:int, cpu:bool):
+    "Refuse a `num_processes` other than the launch's processes, or a rank whose GPU (`LOCAL_RANK`) is not there, naming both"
+    world,local = int(os.environ.get('WORLD_SIZE', 1)),int(os.environ.get('LOCAL_RANK', 0))
+    if num_processes > 1 and world != num_processes: raise ValueError(
+        f"`--num-processes {num_processes}` in a launch of {world} processes: leave it out under `accelerate launch`")
+    if not cpu and torch.cuda.is_available() and local >= (n := torch.cuda.device_count()): raise ValueError(
+        f"rank {os.environ.get('RANK', local)} would train on GPU {local}, and {n} are visible: start at most {n} processes "
+        "(`--num-processes`), or train on the CPU (`--cpu`)")
+
 @call_parse
 @_ends_ranks
 def main(
@@ -510,6 +521,8 @@ def main(
     fastai_model:store_true=False, # fastai's `TabularModel` instead of `FastTabularModel`
     deterministic:store_true=False, # `torch.use_deterministic_algorithms(True)`: resumed runs end where whole runs do
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
+    num_processes:int=1, # Processes to train in, one a GPU (with `cpu`, on the CPU): `fgt-train` starts them (`launch_ranks`); leave it
+                         # out under `accelerate launch`
     stop_after:int=0, # Stop after this many training batches, as an interruption would (0: never); metrics.json: their rate
     last:store_true=False, # Keep the last epoch's weights (default: the epoch with the lowest validation loss)
     mem_bytes:int=0, # A processed folder: most bytes of rows resident on each device (0: `default_mem_bytes`, at most 2 GiB)
@@ -521,7 +534,12 @@ def main(
                                  # `GRAPH_MIN_ROWS` rows to train, on one GPU or several with row-sparse tables)
     no_cuda_graph:store_true=False, # Never replay CUDA graphs
 ):
-    "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `accelerate launch`"
+    "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `fgt-train --num-processes N` or `accelerate launch`"
+    if num_processes > 1 and 'RANK' not in os.environ:  # `python -m fastai_gpu_tabular.train --num-processes N`: the ranks from here
+        if not is_cli(): raise ValueError("`num_processes`: ranks start from the command line (`fgt-train --num-processes N`); in Python, "
+                                          "accelerate's `notebook_launcher` (07_distributed shows it)")
+        sys.exit(launch_ranks(num_processes, ['-m', 'fastai_gpu_tabular.train', *sys.argv[1:]]))
+    check_ranks(num_processes, cpu)
     from accelerate import PartialState
     args = dict(locals())  # the settings: `run.json` records those that shape the run
     check_args(y_block, opt, precision, epochs, bs, emb_rule, emb_opt, fastai_model, lr, layers, valid_pct, stop_after, checkpoint_every)

@@ -88,6 +88,27 @@ def test_two_ranks_at_half_batch_match_one_process(tmp_path, opt):
     m1, m2 = [json.loads((o/'metrics.json').read_text()) for o in (one, two)]
     assert m2['world_size'] == 2 and abs(m1['roc_auc_score'] - m2['roc_auc_score']) < tol
 
+def test_fgt_trains_own_launch_is_torchruns(tmp_path):
+    """`fgt-train --num-processes 2` (its entry, `cli.train`, which starts the ranks without importing torch) trains what `torchrun`'s
+    2 ranks train; a bad flag fails the launch with the rank named; `--num-processes` other than a launch's processes is refused"""
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--bs', 300)
+    ref = train(tmp_path, 'ref', 2, *common)
+    cmd = lambda out, *a: [sys.executable, '-c', 'from fastai_gpu_tabular.cli import train; train()', *map(str, ('--data', 'synth',
+                           '--rows', 12_000, '--deterministic', '--cpu', '--out', tmp_path/out, *a))]
+    run = lambda *a: subprocess.run(cmd(*a), cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                                    timeout=600)
+    r = run('own', '--num-processes', 2, *common)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same_weights(ref, tmp_path/'own', tol=0)
+    assert json.loads((tmp_path/'own'/'metrics.json').read_text())['world_size'] == 2
+    r = run('bad', '--num-processes', 2, '--layers', 'x')
+    assert r.returncode != 0 and 'of 2 ended with status' in r.stderr and not (tmp_path/'bad'/'metrics.json').exists()
+    from fastai_gpu_tabular.train import check_ranks
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv('WORLD_SIZE', '2')
+        with pytest.raises(ValueError, match='`--num-processes 3` in a launch of 2 processes'): check_ranks(3, True)
+        check_ranks(1, True); check_ranks(2, True)
+
 @pytest.mark.parametrize('emb', [('lazy-adam', 'fixed', '8'), ('adagrad', 'fastai', 'userId=8,movieId=6')])  # one width; three
 def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
     "`--emb-opt`: the tables out of DDP, their touched rows gathered from both ranks by `SparseEmbedOpt` and averaged as DDP does"
