@@ -1,6 +1,6 @@
 """Two GPUs with NCCL under `accelerate launch --num_processes 2` (`pytest -m gpu2`): the CPU checks of
 test_distributed.py again, with SyncBatchNorm for the half-batch equivalence and bf16 for resuming."""
-import json
+import json, os, subprocess, sys
 import pytest, torch
 from test_distributed import launch, train, assert_same_weights, check_sparse, check_plain, ROOT
 
@@ -83,3 +83,16 @@ def test_two_gpus_with_sharded_tables_and_graphs_match_one(tmp_path):
     m = json.loads((two/'metrics.json').read_text())
     assert m['world_size'] == 2 and m['cuda_graph'] and m['cuda_graph_replays'] >= 28, m
     assert json.loads((two/'run.json').read_text())['shard_tables'] is True
+
+def test_fgt_trains_own_launch_on_two_gpus_is_accelerates(tmp_path):
+    "`fgt-train --num-processes 2` (ranks started by `launch_ranks`, NCCL from torchrun's environment) trains what `accelerate launch` does"
+    args = ('--data', 'synth-criteo', '--rows', 40_000, '--deterministic', '--bs', 500, '--epochs', 1, '--lr', 1e-2, '--no-bn', '--emb-opt',
+            'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', 8, '--cuda-graph', '--shard-tables')
+    launch(2, '-m', 'fastai_gpu_tabular.train', '--out', tmp_path/'acc', *args, accelerate=True)
+    r = subprocess.run([sys.executable, '-c', 'from fastai_gpu_tabular.cli import train; train()', '--num-processes', '2',
+                        '--out', str(tmp_path/'own'), *map(str, args)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same_weights(tmp_path/'acc', tmp_path/'own', tol=1e-6)
+    m = json.loads((tmp_path/'own'/'metrics.json').read_text())
+    assert m['world_size'] == 2 and m['device'].startswith('cuda') and m['cuda_graph'], m
