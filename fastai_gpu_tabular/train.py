@@ -478,6 +478,7 @@ def _ends_ranks(f):
 def check_ranks(num_processes:int, cpu:bool):
     "Refuse a `num_processes` other than the launch's processes, or a rank whose GPU (`LOCAL_RANK`) is not there, naming both"
     world,local = int(os.environ.get('WORLD_SIZE', 1)),int(os.environ.get('LOCAL_RANK', 0))
+    if num_processes < 1: raise ValueError(f"`--num-processes {num_processes}`: 1 or more processes")
     if num_processes > 1 and world != num_processes: raise ValueError(
         f"`--num-processes {num_processes}` in a launch of {world} processes: leave it out under `accelerate launch`")
     if not cpu and torch.cuda.is_available() and local >= (n := torch.cuda.device_count()): raise ValueError(

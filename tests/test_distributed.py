@@ -108,6 +108,7 @@ def test_fgt_trains_own_launch_is_torchruns(tmp_path):
         mp.setenv('WORLD_SIZE', '2')
         with pytest.raises(ValueError, match='`--num-processes 3` in a launch of 2 processes'): check_ranks(3, True)
         check_ranks(1, True); check_ranks(2, True)
+        with pytest.raises(ValueError, match='1 or more'): check_ranks(0, True)
 
 @pytest.mark.parametrize('emb', [('lazy-adam', 'fixed', '8'), ('adagrad', 'fastai', 'userId=8,movieId=6')])  # one width; three
 def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
