@@ -229,7 +229,7 @@ def test_resuming_on_another_process_count_names_it(tmp_path):
     from fastai_gpu_tabular.train import main
     common = ('--bs', 400, '--epochs', 2, '--layers', '64,32')
     cut = train(tmp_path, 'cut', 2, *common, '--stop-after', 17)
-    with pytest.raises(ValueError, match=r'processes \(`accelerate launch --num_processes`\) was 2, now 1'):
+    with pytest.raises(ValueError, match=r'processes \(`--num-processes`, `accelerate launch --num_processes`\) was 2, now 1'):
         main(data='synth', rows=12_000, deterministic=True, out=str(cut), bs=400, epochs=2, layers='64,32', cpu=True, resume=True)
 
 def check_plain(out, gpu=False):
