@@ -9,7 +9,7 @@ from fastcore.script import parse_cli
 from .cluster import start_dask_client
 
 # %% auto #0
-__all__ = ['prep', 'free_port', 'launch_ranks', 'train']
+__all__ = ['prep', 'free_port', 'launch_ranks', 'train_ranks', 'train']
 
 # %% ../nbs/08a_cli.ipynb #151c5286
 def prep():
@@ -67,16 +67,21 @@ def launch_ranks(
 
 # %% ../nbs/08a_cli.ipynb #0c0ac734
 def _num_processes(a:list)->int:
-    "`--num-processes N` (or `=N`) of the command line `a`, else 1"
+    "`--num-processes N` (or `=N`) of the command line `a`, else 1 (also for a value that is no number: `main`'s parser names it)"
     for i,o in enumerate(a):
         k,eq,v = o.partition('=')
-        if k in ('--num-processes', '--num_processes'): return int(v if eq else a[i+1]) if eq or i+1 < len(a) else 1
+        if k in ('--num-processes', '--num_processes'):
+            v = v if eq else a[i+1] if i+1 < len(a) else ''
+            return int(v) if v.isdigit() else 1
     return 1
+
+def train_ranks(n:int, a:list)->int:
+    "`python -m fastai_gpu_tabular.train *a` as `n` ranks (`launch_ranks`): its exit status"
+    return launch_ranks(n, ['-m', 'fastai_gpu_tabular.train', *a])
 
 def train():
     """`fgt-train` (`train.main`): with `--num-processes N` (N > 1) it starts N ranks, each `python -m fastai_gpu_tabular.train` with
     the same flags, without importing torch here; else it runs `main` in this process"""
     a = sys.argv[1:]
-    if _num_processes(a) > 1 and 'RANK' not in os.environ and not {'-h', '--help'} & set(a):
-        sys.exit(launch_ranks(_num_processes(a), ['-m', 'fastai_gpu_tabular.train', *a]))
+    if (n := _num_processes(a)) > 1 and 'RANK' not in os.environ and not {'-h', '--help'} & set(a): sys.exit(train_ranks(n, a))
     runpy.run_module('fastai_gpu_tabular.train', run_name='__main__', alter_sys=True)  # as `python -m`: `call_parse` reads the flags

@@ -21,7 +21,7 @@ from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_ch
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
 from .loader import device_bytes_free
-from .cli import launch_ranks
+from .cli import train_ranks
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
@@ -539,7 +539,7 @@ def main(
     if num_processes > 1 and 'RANK' not in os.environ:  # `python -m fastai_gpu_tabular.train --num-processes N`: the ranks from here
         if not is_cli(): raise ValueError("`num_processes`: ranks start from the command line (`fgt-train --num-processes N`); in Python, "
                                           "accelerate's `notebook_launcher` (07_distributed shows it)")
-        sys.exit(launch_ranks(num_processes, ['-m', 'fastai_gpu_tabular.train', *sys.argv[1:]]))
+        sys.exit(train_ranks(num_processes, sys.argv[1:]))
     check_ranks(num_processes, cpu)
     from accelerate import PartialState
     args = dict(locals())  # the settings: `run.json` records those that shape the run
