@@ -70,7 +70,7 @@ def _num_processes(a:list)->int:
     "`--num-processes N` (or `=N`) of the command line `a`, else 1 (also for a value that is no number: `main`'s parser names it)"
     for i,o in enumerate(a):
         k,eq,v = o.partition('=')
-        if k in ('--num-processes', '--num_processes'):
+        if k == '--num-processes':  # the one spelling `main`'s parser takes
             v = v if eq else a[i+1] if i+1 < len(a) else ''
             return int(v) if v.isdigit() else 1
     return 1

@@ -1,7 +1,7 @@
 """`TabularDask` on the CPU: dask.dataframe over pandas, on a 2-worker `LocalCluster` (one per test session), on dask's
 synchronous scheduler for the hypothesis frames, on a cluster smaller than its data, and on a scheduler and workers started
 from the command line. Its fitted state and output must be `TabularGPU`'s (and fastai's), row for row."""
-import json, logging, os, socket, subprocess, sys, time
+import json, logging, os, subprocess, sys, time
 from pathlib import Path
 import dask, dask.dataframe as dd, numpy as np, pandas as pd, pyarrow.parquet as pq, pytest, torch
 from hypothesis import given, settings, assume, HealthCheck, strategies as st
@@ -10,6 +10,7 @@ from fastai.data.transforms import Normalize as FNormalize, ColSplitter
 from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize, FillStrategy
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit, load_procs, row_group_rows_for
+from fastai_gpu_tabular.cli import free_port
 from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
 import fastai_gpu_tabular.tabular_dask as tdm
 from fastai_gpu_tabular.tabular_dask import TabularDask, exact_medians, exact_kth, dask_client
@@ -382,14 +383,11 @@ def test_larger_than_the_workers_memory(tmp_path):
     TabularGPU(df, **kw).to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
-def _free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
 def test_a_cluster_started_from_the_command_line(tmp_path):
     "A scheduler and two workers started with `dask scheduler` / `dask worker`, as on several machines; the ETL through `Client(address)`"
     df = synth_movielens(5_000, n_users=300, n_items=100, gpu=False).drop(columns=['genres'])
     df.to_parquet(tmp_path/'in.parquet')
-    addr, env = f'tcp://127.0.0.1:{_free_port()}', dict(os.environ, PYTHONPATH=str(ROOT))
+    addr, env = f'tcp://127.0.0.1:{free_port()}', dict(os.environ, PYTHONPATH=str(ROOT))
     sched = [sys.executable, '-m', 'distributed.cli.dask_scheduler', '--host', '127.0.0.1', '--no-dashboard',
              '--port', addr.rsplit(':', 1)[1]]
     procs = [subprocess.Popen(sched, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
