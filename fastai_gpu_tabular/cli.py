@@ -6,16 +6,18 @@
 from __future__ import annotations
 import multiprocessing, os, runpy, signal, socket, subprocess, sys, threading, time
 from fastcore.script import parse_cli
-from .cluster import start_dask_client
+from .cluster import start_dask_client, in_process
 
 # %% auto #0
 __all__ = ['prep', 'free_port', 'launch_ranks', 'train_ranks', 'train']
 
 # %% ../nbs/08a_cli.ipynb #151c5286
 def prep():
-    "`fgt-prep` (`data.main`): with `--dask` its cluster starts first, its workers importing the library beside this process"
+    """`fgt-prep` (`data.main`): with `--dask` its cluster starts first, its workers importing the library beside this process; on
+    one GPU dask computes in this process (`in_process`)"""
     a = sys.argv[1:]
-    t = start_dask_client(gpu=False if '--cpu' in a else None) if '--dask' in a and not {'-h', '--help'} & set(a) else None
+    gpu = False if '--cpu' in a else None
+    t = start_dask_client(gpu=gpu) if '--dask' in a and not {'-h', '--help'} & set(a) and not in_process(gpu) else None
     from fastai_gpu_tabular.data import main
     pargs,kwargs,_ = parse_cli(main)  # what `call_parse` does for a script's own `main()`
     main(*pargs, **kwargs)

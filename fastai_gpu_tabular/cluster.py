@@ -4,12 +4,13 @@
 
 # %% ../nbs/03b_cluster.ipynb #374eb491
 from __future__ import annotations
-import multiprocessing, threading
+import multiprocessing, os, sys, threading
+from contextlib import contextmanager
 from fastcore.basics import ifnone, listify
 from .backend import gpu_available
 
 # %% auto #0
-__all__ = ['PRELOAD', 'dask_client', 'start_dask_client']
+__all__ = ['PRELOAD', 'IN_PROCESS_THREADS', 'dask_client', 'start_dask_client', 'gpu_count', 'in_process', 'dask_scheduler']
 
 # %% ../nbs/03b_cluster.ipynb #da3b91ea
 PRELOAD = 'fastai_gpu_tabular.tabular_dask'  # what each worker imports as it starts, not at its first task
@@ -62,3 +63,31 @@ def start_dask_client(**kwargs)->threading.Thread:
     t = threading.Thread(target=run, name='fgt-dask-start', daemon=True); t.client = t.error = None
     _started.append(t); t.start()
     return t
+
+# %% ../nbs/03b_cluster.ipynb #aabf2662
+IN_PROCESS_THREADS = 2  # partitions at once on one GPU in this process: what a GPU worker's threads are
+
+def gpu_count()->int:
+    "GPUs this process may use, counted as dask-cuda counts them, without CUDA: `CUDA_VISIBLE_DEVICES`, else NVML's (0 without either)"
+    if (v := os.environ.get('CUDA_VISIBLE_DEVICES')) is not None: return len([d for d in v.split(',') if d.strip()])
+    try:
+        import pynvml
+        pynvml.nvmlInit(); return pynvml.nvmlDeviceGetCount()
+    except Exception: return 0
+
+def in_process(gpu:bool|None=None)->bool:
+    """Whether `dask_scheduler(gpu)` computes on dask's threaded scheduler in this process: on one GPU (`gpu` not False), with no
+    client active and none starting (`start_dask_client`)"""
+    if gpu is False or _started: return False
+    if (d := sys.modules.get('distributed')) is not None:  # a client needs distributed: not imported, none is active
+        try: d.default_client(); return False
+        except ValueError: pass
+    return gpu_count() == 1
+
+@contextmanager
+def dask_scheduler(gpu:bool|None=None, **kwargs):
+    """What dask computes on inside the block: its threaded scheduler in this process, `IN_PROCESS_THREADS` partitions at once,
+    where `in_process(gpu)` (yields None), else `dask_client(gpu=gpu, **kwargs)` (yields the client)"""
+    if not in_process(gpu): yield dask_client(gpu=gpu, **kwargs); return
+    import dask
+    with dask.config.set(scheduler='threads', num_workers=IN_PROCESS_THREADS): yield None

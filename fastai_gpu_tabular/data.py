@@ -5,6 +5,7 @@
 # %% ../nbs/03_data.ipynb #8b85801b
 from __future__ import annotations
 import importlib, json, time
+from contextlib import ExitStack
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.all import *
@@ -218,19 +219,27 @@ GPU_BLOCKSIZE = 1/64  # dask_cudf's float blocksize: this share of the GPU's mem
 LIMIT_BLOCKS = 8  # and at most this share of a dask-cuda worker's device_memory_limit (1/8 1.66x 1/16, 1/4 spilled: bench/NOTES.md)
 CPU_BLOCKSIZE = 32 * 2**20  # on the CPU, row groups smaller than this merge (200 files of 10,000 rows: 31.2 s a row group each, 13.6 s)
 
-def _worker_blocksize(dask_worker)->int|None:
-    """Bytes a default partition may hold on dask worker `dask_worker`: `GPU_BLOCKSIZE` of its GPU, at most 1/`LIMIT_BLOCKS` of its
-    device_memory_limit (read as dask-cuda reads it); None without CUDA"""
+def _worker_blocksize(dask_worker=None)->int|None:
+    """Bytes a default partition may hold on dask worker `dask_worker` (None: this process): `GPU_BLOCKSIZE` of its GPU, at most
+    1/`LIMIT_BLOCKS` of its device_memory_limit (read as dask-cuda reads it); None without CUDA"""
     import torch
     if not torch.cuda.is_available(): return None
-    lim = getattr(getattr(dask_worker.data, 'device_buffer', None), 'n', None) or float('inf')
+    lim = getattr(getattr(getattr(dask_worker, 'data', None), 'device_buffer', None), 'n', None) or float('inf')
     return int(min(GPU_BLOCKSIZE * torch.cuda.mem_get_info()[1], lim / LIMIT_BLOCKS))
 
 def _gpu_blocksize()->float|int:
-    "The smallest `_worker_blocksize` of the active client's workers, else `GPU_BLOCKSIZE` (dask_cudf takes it of the GPU)"
+    """The smallest `_worker_blocksize` of the active client's workers, or of this process computing on its threads (`dask_scheduler`
+    on one GPU), else `GPU_BLOCKSIZE` (dask_cudf takes it of the GPU)"""
     from .tabular_dask import _client
-    sizes = [b for b in c.run(_worker_blocksize).values() if b] if (c := _client()) else []
-    return min(sizes, default=GPU_BLOCKSIZE)
+    sizes = c.run(_worker_blocksize).values() if (c := _client()) else [_worker_blocksize()] if _threads() > 1 else []
+    return min([b for b in sizes if b], default=GPU_BLOCKSIZE)
+
+def _threads()->int:
+    "Partitions computed at once: the active client's worker threads, or the threaded scheduler's as `dask_scheduler` sets it, else 1"
+    import dask
+    from .tabular_dask import _client
+    if c := _client(): return sum(c.nthreads().values())
+    return (dask.config.get('num_workers', None) or 1) if dask.config.get('scheduler', None) == 'threads' else 1
 
 def _parquet_parts(blocksize:int|str|None=None, gpu:bool=False, alike:bool=True)->dict:
     """dask `read_parquet`'s partitioning: row groups (of several files too) in about `blocksize` bytes; by default on the CPU
@@ -264,13 +273,12 @@ def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:fl
     return best[1]
 
 def _read_parquet(data, blocksize:int|None=None, gpu:bool=False, alike:bool=True, **kwargs):
-    """dask `read_parquet` of `data` in `_parquet_parts`; by default on a cluster of GPU workers of two or more threads in all,
-    `_even_parts` for its threads: each works on a partition at once (3 partitions on a worker of 2 threads: one thread idle for the
-    last partition's time)"""
-    from .tabular_dask import _client
+    """dask `read_parquet` of `data` in `_parquet_parts`; by default on GPU workers (or this process's threads) of two or more threads
+    in all, `_even_parts` for its threads: each works on a partition at once (3 partitions on a worker of 2 threads: one thread idle
+    for the last partition's time)"""
     lib = importlib.import_module('dask_cudf' if gpu else 'dask.dataframe')
     read = lambda b: lib.read_parquet(data, **_parquet_parts(b, gpu, alike), **kwargs)
-    w = sum(c.nthreads().values()) if gpu and blocksize is None and (c := _client()) else 1
+    w = _threads() if gpu and blocksize is None else 1
     return read(blocksize) if w < 2 or isinstance(b := _gpu_blocksize(), float) else _even_parts(read, b, w)
 
 def read_dask(
@@ -337,19 +345,22 @@ def main(
     kw = dict(splits=RandomRowSplit(valid_pct, seed), y_block=CategoryBlock() if y_block=='category' else RegressionBlock())
     procs = lambda cols: [categorify(freq_threshold, max_size, [*cols.get('cat_names', ()), *cols.get('mh_names', ())]), FillMissing,
                           Normalize]
-    if dask:
-        from .tabular_dask import TabularDask, dask_client
-        tc = time.perf_counter(); dask_client(gpu=gpu); tc = time.perf_counter() - tc  # its start (`fgt-prep`'s began it): said apart
-        ddf,cols = read_dask(data, gpu, rows, seed, blocksize=blocksize, **names)
-        to = TabularDask(ddf, procs=procs(cols), split_out=split_out, split_every=split_every, **kw, **cols)
-    else:
-        df,cols = read_data(data, rows, gpu, seed, **names)
-        to = TabularGPU(df, procs=procs(cols), **kw, **cols)
-    to.to_parquet(out, pass_names=_names(pass_names), overwrite=overwrite)
+    with ExitStack() as stack:
+        if dask:  # on one GPU in this process, else on a cluster (`fgt-prep`'s began to start it), whose wait is said apart
+            from .tabular_dask import TabularDask
+            from .cluster import dask_scheduler
+            tc = time.perf_counter(); client = stack.enter_context(dask_scheduler(gpu)); tc = time.perf_counter() - tc
+            ddf,cols = read_dask(data, gpu, rows, seed, blocksize=blocksize, **names)
+            to = TabularDask(ddf, procs=procs(cols), split_out=split_out, split_every=split_every, **kw, **cols)
+        else:
+            df,cols = read_data(data, rows, gpu, seed, **names)
+            to = TabularGPU(df, procs=procs(cols), **kw, **cols)
+        to.to_parquet(out, pass_names=_names(pass_names), overwrite=overwrite)
     info = json.loads((Path(out)/'dataset.json').read_text())
+    where = '' if not dask else f" ({tc:.2f}s of it waiting for the dask cluster)" if client else " (dask in this process: one GPU)"
     print(f"{'TabularDask' if dask else 'TabularGPU'} on {'cuDF (GPU)' if gpu else 'pandas (CPU)'}: {data}, "
           f"{info['train']['rows']:,} training and {info['valid']['rows']:,} validation rows processed in {time.perf_counter()-t0:.2f}s"
-          + (f" ({tc:.2f}s of it waiting for the dask cluster)" if dask else ''))
+          + where)
     print('vocabulary sizes:', {n: len(c) for n,c in to.classes.items()})
     print('written to', out)
     return to

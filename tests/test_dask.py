@@ -458,6 +458,26 @@ def test_fgt_prep_entry_point_with_dask_writes_what_it_writes_in_memory(flights,
     assert 'TabularDask on pandas (CPU)' in r.stdout and 'waiting for the dask cluster)' in r.stdout, r.stdout
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
+def test_fgt_prep_with_dask_on_one_gpu_computes_in_this_process(flights, tmp_path, monkeypatch, capsys):
+    """On one GPU `fgt-prep --dask` computes on dask's threaded scheduler in its own process (`in_process`: no worker process to start
+    and import the library, no result handed back): the files it writes in memory, every pass on `IN_PROCESS_THREADS` threads here"""
+    import multiprocessing, fastai_gpu_tabular.cluster as fc
+    from fastai_gpu_tabular.data import main as prep
+    flights.to_parquet(tmp_path/'flights.parquet', row_group_size=4_000)
+    args = dict(cat_names='carrier,origin,dest', cont_names='distance,dep_delay', y_names='late', pass_names='flight', cpu=True)
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), **args)
+    monkeypatch.setattr(fc, 'in_process', lambda gpu=None: True)  # this CPU as the one GPU
+    seen, compute = [], tdm._compute
+    monkeypatch.setattr(tdm, '_compute', lambda *xs: seen.append((dask.config.get('scheduler'), dask.config.get('num_workers'),
+                                                                  tdm._client())) or compute(*xs))
+    capsys.readouterr()
+    prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'dask'), dask=True, blocksize='64KB', **args)
+    out = capsys.readouterr().out
+    assert '(dask in this process: one GPU)' in out and 'dask dashboard' not in out, out
+    assert len(seen) >= 2 and set(seen) == {('threads', fc.IN_PROCESS_THREADS, None)}, seen  # the statistics and the write pass
+    assert multiprocessing.active_children() == [] and dask.config.get('scheduler', None) != 'threads'  # none started; as it was
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
 def test_fitted_procs_reach_every_worker_before_the_write_pass(client, tmp_path):
     """The procs every partition's processing takes go to the workers through a file of the pass's folder (`_shared`), which each
     worker process loads once: `Client.scatter(broadcast=True)` of a billion click-log rows' procs (265 MB) had not reached 4 GPU
@@ -524,6 +544,11 @@ def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypat
         with LocalCluster(n_workers=1, threads_per_worker=th, processes=False, dashboard_address=None) as cl, Client(cl) as c:
             c.run(lambda dask_worker: setattr(dask_worker.data, 'device_buffer', SimpleNamespace(n=8 * 900_000)))
             assert lens(fd._read_parquet(str(tmp_path), None, True)) == want
+    # this process's threads (`dask_scheduler` on one GPU): an even share for each, the partition bound by this GPU's memory
+    monkeypatch.setattr(torch.cuda, 'mem_get_info', lambda *a: (2**40, int(900_000 / fd.GPU_BLOCKSIZE)))
+    with dask.config.set(scheduler='threads', num_workers=2):
+        assert fd._gpu_blocksize() == 900_000 and lens(fd._read_parquet(str(tmp_path), None, True)) == [30_000] * 4
+    assert fd._threads() == 1 and fd._gpu_blocksize() == fd.GPU_BLOCKSIZE  # dask's defaults: dask_cudf's share of the GPU
     read = lambda b: reads.append(b) or dd.read_parquet(str(tmp_path), **f(b, True))
     assert lens(read(1_600_000)) == [80_000, 40_000]  # an even count, uneven rows
     reads.clear(); assert lens(fd._even_parts(read, 1_600_000, 2)) == [30_000] * 4 and len(reads) == 2

@@ -155,3 +155,24 @@ def test_two_cuda_workers_on_click_logs_equal_tabulargpu(tmp_path):
     assert_same_state(ref, td)
     ref.to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
+@pytest.mark.gpu
+def test_fgt_prep_on_one_gpu_computes_in_its_process(tmp_path):
+    """`fgt-prep --dask` on one GPU (`CUDA_VISIBLE_DEVICES` one device): no cluster started, dask's threads in its own process; the
+    files `fgt-prep` writes in memory"""
+    import os, subprocess, sys
+    from pathlib import Path
+    synth_criteo(600_000, cap=50_000, gpu=True, path=tmp_path/'in', file_rows=150_000, row_group_rows=25_000)
+    flags = [f for k in ('cat_names', 'cont_names') for f in (f"--{k.replace('_', '-')}", ','.join(CRITEO_SCHEMA[k]))]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get('CUDA_VISIBLE_DEVICES', '0').split(',')[0],
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get('PYTHONPATH', '')]))
+    def prep(out, *more):
+        r = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.cli', *more, '--data', str(tmp_path/'in'), *flags, '--y-names',
+                            'label', '--freq-threshold', '2', '--out', str(tmp_path/out)], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout + r.stderr
+    out = prep('dask', '--dask')
+    assert 'TabularDask on cuDF (GPU)' in out and '(dask in this process: one GPU)' in out and 'dask dashboard' not in out, out
+    prep('mem')
+    assert_same_output(tmp_path/'mem', tmp_path/'dask')

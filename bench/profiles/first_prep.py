@@ -1,0 +1,89 @@
+"""What a first `fgt-prep --dask` spends its time on: the imports, the cluster's start, each pass, and inside the worker's tasks
+(dask's task stream and its statistical profiler, sampling the worker's task threads every 10 ms), for `--repeat` runs in one
+process (the first is the user's first run; a later one is the same run with a warm worker).
+
+    python bench/profiles/first_prep.py --repeat 2 -- --data <folder> --cat-names ... --cont-names ... --y-names label
+    python bench/profiles/first_prep.py --scheduler default -- ...   # as fgt-prep chooses: on one GPU dask's threads in this process
+
+Prints, a run at a time: the passes (`TabularDask.timings`), each task kind's count, first and median seconds and the worker's idle
+share of each pass, and the functions holding the most of the worker's samples (inclusive) in the run's first `--head` seconds
+and in the rest."""
+import argparse, json, os, statistics, sys, time
+T0 = time.perf_counter()
+
+def top_functions(tree:dict, n:int)->tuple:
+    """The `n` functions found in most samples of a `distributed` profile tree (inclusive: each sample once a function; those in
+    9 of 10 samples or more, the task's wrappers, left out) and the `n` in most samples' innermost Python frame (own), as (samples,
+    function) lists"""
+    tot,own = {},{}
+    def walk(d, path):
+        desc = d['description']
+        k = desc if isinstance(desc, str) else f"{desc['name']} ({os.path.basename(desc['filename'])}:{desc['line_number']})"
+        own[k] = own.get(k, 0) + d['count'] - sum(c['count'] for c in d['children'].values())
+        if k not in path: tot[k] = tot.get(k, 0) + d['count']
+        for c in d['children'].values(): walk(c, path | {k})
+    walk(tree, frozenset())
+    top = lambda d: sorted(((v, k) for k,v in d.items() if k != 'root' and v < 0.9*tree['count']), reverse=True)[:n]
+    return top(tot),top(own)
+
+def task_table(data:list, t0:float, t1:float)->list:
+    "Per task kind of the task stream `data` within (t0, t1): count, first task's s, median s, total s"
+    from dask.utils import key_split
+    kinds = {}
+    for d in data:
+        for s in d['startstops']:
+            if s['action'] == 'compute' and t0 <= s['start'] <= t1: kinds.setdefault(key_split(d['key']), []).append(s)
+    return [(k, len(v), min(v, key=lambda s: s['start'])['stop'] - min(v, key=lambda s: s['start'])['start'],
+             statistics.median(s['stop']-s['start'] for s in v), sum(s['stop']-s['start'] for s in v),
+             min(s['start'] for s in v) - t0) for k,v in sorted(kinds.items(), key=lambda kv: min(s['start'] for s in kv[1]))]
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--repeat', type=int, default=1)
+    p.add_argument('--scheduler', default='cluster', choices=['cluster', 'default'], help="a cluster even on one GPU, or fgt-prep's choice")
+    p.add_argument('--head', type=float, default=8.0, help="the first seconds of a run, whose samples are listed apart")
+    p.add_argument('--top', type=int, default=25)
+    p.add_argument('rest', nargs=argparse.REMAINDER, help="fgt-prep's flags, after --")
+    a = p.parse_args()
+    flags = [f for f in a.rest if f != '--']
+    imp = {}
+    for m in ('numpy', 'cudf', 'torch', 'fastai.tabular.core', 'distributed', 'dask_cuda', 'fastai_gpu_tabular.data'):
+        t = time.perf_counter()
+        try: __import__(m)
+        except ImportError: pass
+        imp[m] = round(time.perf_counter() - t, 2)
+    print(f'imports (s, each after the ones before): {imp}; {time.perf_counter()-T0:.2f} s since start', flush=True)
+    import dask
+    import fastai_gpu_tabular.data as data, fastai_gpu_tabular.tabular_dask as tdm
+    from fastcore.script import parse_cli
+    client = None
+    if a.scheduler == 'cluster':
+        t = time.perf_counter(); client = tdm.dask_client(); print(f'cluster started in {time.perf_counter()-t:.2f} s', flush=True)
+    sys.argv = [sys.argv[0], '--dask', *flags]
+    pargs,kwargs,_ = parse_cli(data.main)
+    for r in range(a.repeat):
+        if client is not None:
+            from distributed import get_task_stream
+            ts_cm = get_task_stream(client); ts = ts_cm.__enter__()
+        t0w = time.time(); t = time.perf_counter()
+        to = data.main(*pargs, **kwargs)
+        wall = time.perf_counter() - t; t1w = time.time()
+        print(f'run {r+1}: {wall:.2f} s; passes {to.timings}', flush=True)
+        if client is None: continue
+        ts_cm.__exit__(None, None, None)
+        busy = sum(s['stop']-s['start'] for d in ts.data for s in d['startstops'] if s['action'] == 'compute')
+        print(f'  task threads busy {busy:.2f} s of {wall:.2f} s x 2 threads; tasks by kind (count, first s, median s, total s, '
+              f'first starts at s):', flush=True)
+        for k,n,f,m,tot,st in task_table(ts.data, t0w, t1w): print(f'  {k:28s} {n:4d} {f:7.2f} {m:7.3f} {tot:7.2f} {st:7.2f}')
+        for name,(s0,s1) in (('first', (t0w, t0w + a.head)), ('rest', (t0w + a.head, t1w))):
+            tree = client.profile(start=s0, stop=s1)
+            inc,own = top_functions(tree, a.top)
+            print(f"  the worker's samples in the run's {name} {s1-s0:.1f} s: {tree['count']} (10 ms each); most (inclusive | own):")
+            for (c,k),(c2,k2) in zip(inc, own): print(f'    {c:6d}  {k[:70]:70s} | {c2:6d}  {k2[:70]}')
+    print(f'all done {time.perf_counter()-T0:.2f} s since start', flush=True)
+    if client is not None:
+        import multiprocessing
+        for q in multiprocessing.active_children(): q.kill()  # as fgt-prep ends: the workers killed, then the cluster closed
+        client.close(); client.cluster.close()
+
+if __name__ == '__main__': main()
