@@ -18,7 +18,7 @@ def top_functions(tree:dict, n:int)->tuple:
     tot,own = {},{}
     def walk(d, path):
         desc = d['description']
-        k = desc if isinstance(desc, str) else f"{desc['name']} ({os.path.basename(desc['filename'])}:{desc['line_number']})"
+        k = desc if isinstance(desc, str) else f"{desc['name']} ({os.path.basename(desc['filename'])})"  # a function, any line
         own[k] = own.get(k, 0) + d['count'] - sum(c['count'] for c in d['children'].values())
         if k not in path: tot[k] = tot.get(k, 0) + d['count']
         for c in d['children'].values(): walk(c, path | {k})
@@ -36,6 +36,38 @@ def task_table(data:list, t0:float, t1:float)->list:
     return [(k, len(v), min(v, key=lambda s: s['start'])['stop'] - min(v, key=lambda s: s['start'])['start'],
              statistics.median(s['stop']-s['start'] for s in v), sum(s['stop']-s['start'] for s in v),
              min(s['start'] for s in v) - t0) for k,v in sorted(kinds.items(), key=lambda kv: min(s['start'] for s in kv[1]))]
+
+class Local:
+    """dask's local-scheduler callbacks: each task's (key, start, stop) as the task stream gives them (from its submission to its
+    result, both seen by the scheduler's thread: at most `num_workers` tasks are out at once), and every 10 ms the stacks of the
+    threads running a task (in dask's `execute_task`), as `distributed`'s profiler samples a worker's"""
+    def __init__(self):
+        import threading
+        from dask.callbacks import Callback
+        self.tasks,self.samples,self.running,self.sampling = [],[],{},True
+        self.cb = Callback(pretask=self._pre, posttask=self._post)
+        threading.Thread(target=self._sample, daemon=True).start()
+    def register(self): self.cb.register()
+    def unregister(self): self.cb.unregister()
+    def _pre(self, key, dsk, state): self.running[key] = time.time()
+    def _post(self, key, result, dsk, state, worker_id):
+        self.tasks.append(dict(key=key, startstops=[dict(action='compute', start=self.running.pop(key, time.time()), stop=time.time())]))
+    def _sample(self):
+        import threading
+        me = threading.get_ident()
+        while self.sampling:
+            for ident,f in sys._current_frames().items():
+                g = f
+                while g is not None and not (g.f_code.co_name in ('execute_task', 'batch_execute_tasks')
+                                             and g.f_code.co_filename.endswith('local.py')): g = g.f_back
+                if ident != me and g is not None: self.samples.append((time.time(), f))
+            time.sleep(0.01)
+    def tree(self, t0, t1):
+        from distributed import profile
+        st = profile.create()
+        for t,f in self.samples:
+            if t0 <= t < t1: profile.process(f, None, st)
+        return st
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,23 +94,25 @@ def main():
     sys.argv = [sys.argv[0], '--dask', *flags]
     pargs,kwargs,_ = parse_cli(data.main)
     for r in range(a.repeat):
+        ts = rec = None
         if client is not None:
             from distributed import get_task_stream
             ts_cm = get_task_stream(client); ts = ts_cm.__enter__()
+        else: rec = Local(); rec.register()
         t0w = time.time(); t = time.perf_counter()
         to = data.main(*pargs, **kwargs)
         wall = time.perf_counter() - t; t1w = time.time()
         print(f'run {r+1}: {wall:.2f} s; passes {to.timings}', flush=True)
-        if client is None: continue
-        ts_cm.__exit__(None, None, None)
-        busy = sum(s['stop']-s['start'] for d in ts.data for s in d['startstops'] if s['action'] == 'compute')
+        if client is not None: ts_cm.__exit__(None, None, None); tasks = ts.data
+        else: rec.unregister(); rec.sampling = False; tasks = rec.tasks
+        busy = sum(s['stop']-s['start'] for d in tasks for s in d['startstops'] if s['action'] == 'compute')
         print(f'  task threads busy {busy:.2f} s of {wall:.2f} s x 2 threads; tasks by kind (count, first s, median s, total s, '
               f'first starts at s):', flush=True)
-        for k,n,f,m,tot,st in task_table(ts.data, t0w, t1w): print(f'  {k:28s} {n:4d} {f:7.2f} {m:7.3f} {tot:7.2f} {st:7.2f}')
+        for k,n,f,m,tot,st in task_table(tasks, t0w, t1w): print(f'  {k:28s} {n:4d} {f:7.2f} {m:7.3f} {tot:7.2f} {st:7.2f}')
         for name,(s0,s1) in (('first', (t0w, t0w + a.head)), ('rest', (t0w + a.head, t1w))):
-            tree = client.profile(start=s0, stop=s1)
+            tree = client.profile(start=s0, stop=s1) if client is not None else rec.tree(s0, s1)
             inc,own = top_functions(tree, a.top)
-            print(f"  the worker's samples in the run's {name} {s1-s0:.1f} s: {tree['count']} (10 ms each); most (inclusive | own):")
+            print(f"  the task threads' samples in the run's {name} {s1-s0:.1f} s: {tree['count']} (10 ms each); most (inclusive | own):")
             for (c,k),(c2,k2) in zip(inc, own): print(f'    {c:6d}  {k[:70]:70s} | {c2:6d}  {k2[:70]}')
     print(f'all done {time.perf_counter()-T0:.2f} s since start', flush=True)
     if client is not None:
