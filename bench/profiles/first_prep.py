@@ -44,7 +44,7 @@ class Local:
     def __init__(self):
         import threading
         from dask.callbacks import Callback
-        self.tasks,self.samples,self.running,self.sampling = [],[],{},True
+        self.tasks,self.trees,self.running,self.sampling = [],{},{},True
         self.cb = Callback(pretask=self._pre, posttask=self._post)
         threading.Thread(target=self._sample, daemon=True).start()
     def register(self): self.cb.register()
@@ -53,21 +53,21 @@ class Local:
     def _post(self, key, result, dsk, state, worker_id):
         self.tasks.append(dict(key=key, startstops=[dict(action='compute', start=self.running.pop(key, time.time()), stop=time.time())]))
     def _sample(self):
+        "Every 10 ms each task thread's stack into that second's tree (frames are not kept: they would hold the partitions alive)"
         import threading
+        from distributed import profile
         me = threading.get_ident()
         while self.sampling:
             for ident,f in sys._current_frames().items():
                 g = f
                 while g is not None and not (g.f_code.co_name in ('execute_task', 'batch_execute_tasks')
                                              and g.f_code.co_filename.endswith('local.py')): g = g.f_back
-                if ident != me and g is not None: self.samples.append((time.time(), f))
+                if ident != me and g is not None: profile.process(f, None, self.trees.setdefault(int(time.time()), profile.create()))
+            del f, g
             time.sleep(0.01)
     def tree(self, t0, t1):
         from distributed import profile
-        st = profile.create()
-        for t,f in self.samples:
-            if t0 <= t < t1: profile.process(f, None, st)
-        return st
+        return profile.merge(*[t for s,t in list(self.trees.items()) if t0 <= s < t1]) if self.trees else profile.create()
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
