@@ -12,7 +12,8 @@ Each layout runs `--rounds` fresh processes in a row (`python -m fastai_gpu_tabu
 imports): round 1 is a first run (the files are in the OS's page cache, the process has nothing), later rounds say what a warm run
 would add. Reported: processing seconds (what fgt-prep prints: from after its imports, its wait for the cluster included,
 `cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing, and the wall's other parts: `before_s` (the
-imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end). Targets (issue 53, one H100): >= 5.3M
+imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end); on a GPU `peak_gpu_gb` (the device's memory in
+use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). Targets (issue 53, one H100): >= 5.3M
 rows/s of processing on every layout in a first run, wall <= 1.3x processing."""
 import argparse, os, re, shutil, subprocess, sys, time
 from pathlib import Path
@@ -39,8 +40,32 @@ def write(layout, d, a, gpu):
         synth_criteo(a.rows, cap=a.cap, path=d, file_rows=fr, row_group_rows=min(fr, 1_000_000), overwrite=True, gpu=gpu)
     done.touch()
 
-def run(cmd)->tuple:
-    "(wall s, output, s from the start to the line that says 'processed in') of `cmd`, its lines read as they come"
+class GpuSampler:
+    "`nvidia-smi`'s memory used (MiB) and utilization (%) of the first visible GPU every 200 ms, each with this process's clock"
+    def __init__(self):
+        import threading
+        dev = os.environ.get('CUDA_VISIBLE_DEVICES', '0').split(',')[0] or '0'
+        try: self.p = subprocess.Popen(['nvidia-smi', '-i', dev, '--query-gpu=memory.used,utilization.gpu', '--format=csv,noheader,nounits',
+                                        '-lms', '200'], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError: self.p = None
+        self.samples = []
+        if self.p: threading.Thread(target=self._read, daemon=True).start()
+    def _read(self):
+        for l in self.p.stdout:
+            try: m,u = (float(x) for x in l.split(','))
+            except ValueError: continue
+            self.samples.append((time.perf_counter(), m, u))
+    def stop(self, t0:float, t1:float)->dict:
+        "Peak memory over the run (GB), and mean utilization within (t0, t1): the processing"
+        if self.p: self.p.terminate(); self.p.wait()
+        inside = [u for t,m,u in self.samples if t0 <= t <= t1]
+        return dict(peak_gpu_gb=round(max((m for _,m,_ in self.samples), default=0) / 1024, 1) if self.samples else None,
+                    gpu_busy_pct=round(sum(inside) / len(inside)) if inside else None)
+
+def run(cmd, gpu:bool=False)->tuple:
+    """(wall s, output, s from the start to the line that says 'processed in', the GPU's peak memory and mean utilization while
+    processing) of `cmd`, its lines read as they come"""
+    smi = GpuSampler() if gpu else None
     t, lines, at = time.perf_counter(), [], None
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
     for l in p.stdout:
@@ -48,7 +73,8 @@ def run(cmd)->tuple:
         if at is None and 'processed in' in l: at = time.perf_counter() - t
     wall, out = time.perf_counter() - t, ''.join(lines)
     if p.wait() or at is None: sys.exit(f'{cmd} failed:\n{out[-3000:]}')
-    return wall, out, at
+    proc = float(re.search(r'processed in ([\d.]+)s', out)[1])
+    return wall, out, at, smi.stop(t + at - proc, t + at) if smi else {}
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,18 +102,18 @@ def main():
         for r in range(1, a.rounds + 1):
             cmd = [sys.executable, '-m', f'fastai_gpu_tabular.{a.entry}', '--dask', '--data', str(src), *names, '--freq-threshold',
                    a.freq_threshold, '--out', str(d/'out'), '--overwrite', *(['--cpu'] if a.cpu else [])]
-            wall, out, at = run(cmd)
+            wall, out, at, smi = run(cmd, gpu)
             proc = float(re.search(r'processed in ([\d.]+)s', out)[1])
             cl = re.search(r"([\d.]+)s of it waiting for the dask cluster", out)
             rows.append(dict(layout=lay, entry=a.entry, files=len(files), round=r, processing_s=round(proc, 2), cluster_s=cl and float(cl[1]),
                              rows_s=round(a.rows / proc), wall_s=round(wall, 2), wall_over_processing=round(wall / proc, 2),
-                             before_s=round(at - proc, 2), exit_s=round(wall - at, 2)))
+                             before_s=round(at - proc, 2), exit_s=round(wall - at, 2), **smi))
             print(rows[-1], flush=True)
             if a.keep and r == a.rounds and not Path(a.keep).exists(): shutil.move(d/'out', a.keep)
             shutil.rmtree(d/'out', ignore_errors=True)
     report(a.name or ('prep_layouts' + ('' if gpu else '_cpu')), rows,
            ['layout', 'entry', 'files', 'round', 'processing_s', 'cluster_s', 'rows_s', 'wall_s', 'wall_over_processing', 'before_s',
-            'exit_s'],
+            'exit_s', 'peak_gpu_gb', 'gpu_busy_pct'],
            dict(bench='prep', n_rows=a.rows, gpu=gpu, freq_threshold=a.freq_threshold, cap=a.cap))
 
 if __name__ == '__main__': main()
