@@ -64,7 +64,7 @@ def start_dask_client(**kwargs)->threading.Thread:
     _started.append(t); t.start()
     return t
 
-# %% ../nbs/03b_cluster.ipynb #5d217354
+# %% ../nbs/03b_cluster.ipynb #5e999a76
 IN_PROCESS_THREADS = 2  # partitions at once on one GPU in this process: what a GPU worker's threads are
 
 def gpu_count()->int:
