@@ -5,11 +5,15 @@ process (the first is the user's first run; a later one is the same run with a w
     python bench/profiles/first_prep.py --repeat 2 -- --data <folder> --cat-names ... --cont-names ... --y-names label
     python bench/profiles/first_prep.py --scheduler default -- ...   # as fgt-prep chooses: on one GPU dask's threads in this process
 
-Prints, a run at a time: the passes (`TabularDask.timings`), each task kind's count, first and median seconds and the worker's idle
+Prints, a run at a time: the passes (`TabularDask.timings`; on a GPU each with the device's mean utilization and peak memory by
+`nvidia-smi` every 200 ms), each task kind's count, first and median seconds and the worker's idle
 share of each pass, and the functions holding the most of the worker's samples (inclusive) in the run's first `--head` seconds
 and in the rest."""
 import argparse, json, os, statistics, sys, time
+from contextlib import contextmanager
+from pathlib import Path
 T0 = time.perf_counter()
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/: bench_prep's GpuSampler
 
 def top_functions(tree:dict, n:int)->tuple:
     """The `n` functions found in most samples of a `distributed` profile tree (inclusive: each sample once a function; those in
@@ -93,8 +97,18 @@ def main():
         t = time.perf_counter(); client = tdm.dask_client(); print(f'cluster started in {time.perf_counter()-t:.2f} s', flush=True)
     sys.argv = [sys.argv[0], '--dask', *flags]
     pargs,kwargs,_ = parse_cli(data.main)
+    spans, timed = [], tdm._timed
+    @contextmanager
+    def spanned(td, name):  # each pass's start and end too, not only its seconds
+        t = time.perf_counter()
+        with timed(td, name): yield
+        spans.append((name, t, time.perf_counter()))
+    tdm._timed = spanned  # the passes look it up in their module at each call
+    from fastai_gpu_tabular.backend import gpu_available
+    from bench_prep import GpuSampler
     for r in range(a.repeat):
         ts = rec = None
+        spans.clear(); smi = GpuSampler() if gpu_available() else None
         if client is not None:
             from distributed import get_task_stream
             ts_cm = get_task_stream(client); ts = ts_cm.__enter__()
@@ -103,6 +117,12 @@ def main():
         to = data.main(*pargs, **kwargs)
         wall = time.perf_counter() - t; t1w = time.time()
         print(f'run {r+1}: {wall:.2f} s; passes {to.timings}', flush=True)
+        if smi:
+            smi.stop(0, 0)
+            for name,t0,t1 in spans:
+                us,ms = [u for t,m,u in smi.samples if t0 <= t <= t1],[m for t,m,u in smi.samples if t0 <= t <= t1]
+                if us: print(f'  {name:12s} {t1-t0:6.2f} s: GPU busy {sum(us)/len(us):5.1f}% on average, peak memory {max(ms)/1024:6.1f} GB '
+                             f'({len(us)} samples)', flush=True)
         if client is not None: ts_cm.__exit__(None, None, None); tasks = ts.data
         else: rec.unregister(); rec.sampling = False; tasks = rec.tasks
         busy = sum(s['stop']-s['start'] for d in tasks for s in d['startstops'] if s['action'] == 'compute')
