@@ -79,6 +79,8 @@ def main():
     p.add_argument('--scheduler', default='cluster', choices=['cluster', 'default'], help="a cluster even on one GPU, or fgt-prep's choice")
     p.add_argument('--head', type=float, default=8.0, help="the first seconds of a run, whose samples are listed apart")
     p.add_argument('--top', type=int, default=25)
+    p.add_argument('--cprofile', action='store_true', help="cProfile the first run's main thread (its planning, the client's work between "
+                   "passes: with dask's threads the tasks run elsewhere), the --top functions by cumulative time")
     p.add_argument('rest', nargs=argparse.REMAINDER, help="fgt-prep's flags, after --")
     a = p.parse_args()
     flags = [f for f in a.rest if f != '--']
@@ -114,8 +116,14 @@ def main():
             ts_cm = get_task_stream(client); ts = ts_cm.__enter__()
         else: rec = Local(); rec.register()
         t0w = time.time(); t = time.perf_counter()
-        to = data.main(*pargs, **kwargs)
+        if a.cprofile and r == 0:
+            import cProfile, io, pstats
+            pr = cProfile.Profile(); to = pr.runcall(data.main, *pargs, **kwargs)
+        else: to = data.main(*pargs, **kwargs)
         wall = time.perf_counter() - t; t1w = time.time()
+        if a.cprofile and r == 0:
+            out = io.StringIO(); pstats.Stats(pr, stream=out).sort_stats('cumulative').print_stats(a.top)
+            print("  the main thread's cProfile (run 1, cumulative):\n" + out.getvalue()[-6000:], flush=True)
         print(f'run {r+1}: {wall:.2f} s; passes {to.timings}', flush=True)
         if smi:
             smi.stop(0, 0)
