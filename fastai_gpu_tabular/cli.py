@@ -91,7 +91,9 @@ def train_ranks(n:int, a:list)->int:
 
 def train():
     """`fgt-train` (`train.main`): with `--num-processes N` (N > 1) it starts N ranks, each `python -m fastai_gpu_tabular.train` with
-    the same flags, without importing torch here; else it runs `main` in this process"""
+    the same flags, without importing torch here; else it runs `main` in this process, which ends as soon as all is saved
+    (`_exit_now`; a rank of a launch ends as Python ends it, after its collectives)"""
     a = sys.argv[1:]
     if (n := _num_processes(a)) > 1 and 'RANK' not in os.environ and not {'-h', '--help'} & set(a): sys.exit(train_ranks(n, a))
     runpy.run_module('fastai_gpu_tabular.train', run_name='__main__', alter_sys=True)  # as `python -m`: `call_parse` reads the flags
+    if int(os.environ.get('WORLD_SIZE', 1)) == 1: _exit_now()

@@ -452,7 +452,8 @@ def test_fgt_prep_entry_point_with_dask_writes_what_it_writes_in_memory(flights,
     prep(data=str(tmp_path/'flights.parquet'), out=str(tmp_path/'mem'), cpu=True, **args)
     flags = [f"--{k.replace('_', '-')}={v}" for k,v in args.items()]
     r = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.cli', '--dask', '--cpu', '--data', str(tmp_path/'flights.parquet'),
-                        *flags, '--out', str(tmp_path/'dask')], env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                        *flags, '--out', str(tmp_path/'dask')], capture_output=True,
+                       env={k: v for k, v in os.environ.items() if k != 'PYTHONUNBUFFERED'} | dict(PYTHONPATH=str(ROOT)),  # buffered
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'TabularDask on pandas (CPU)' in r.stdout and 'waiting for the dask cluster)' in r.stdout, r.stdout

@@ -95,11 +95,17 @@ def test_fgt_trains_own_launch_is_torchruns(tmp_path):
     ref = train(tmp_path, 'ref', 2, *common)
     cmd = lambda out, *a: [sys.executable, '-c', 'from fastai_gpu_tabular.cli import train; train()', *map(str, ('--data', 'synth',
                            '--rows', 12_000, '--deterministic', '--cpu', '--out', tmp_path/out, *a))]
-    run = lambda *a: subprocess.run(cmd(*a), cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
-                                    timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONUNBUFFERED'} | dict(PYTHONPATH=str(ROOT))  # its output buffered, as a user's
+    run = lambda *a: subprocess.run(cmd(*a), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     r = run('own', '--num-processes', 2, *common)
     assert r.returncode == 0, r.stderr[-3000:]
     assert_same_weights(ref, tmp_path/'own', tol=0)
+    one = train(tmp_path, 'one', 1, *common)  # one process, `python -m`: what `fgt-train`'s own process trains, and all it prints
+    r = run('own1', *common)  # ended at once once saved (`_exit_now`): its output flushed, every file there
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same_weights(one, tmp_path/'own1', tol=0)
+    assert 'baseline (the majority class, always)' in r.stdout.splitlines()[-1], r.stdout[-500:]
+    assert json.loads((tmp_path/'own1'/'metrics.json').read_text())['world_size'] == 1
     assert json.loads((tmp_path/'own'/'metrics.json').read_text())['world_size'] == 2
     r = run('bad', '--num-processes', 2, '--layers', 'x')
     assert r.returncode != 0 and 'of 2 ended with status' in r.stderr and not (tmp_path/'bad'/'metrics.json').exists()
