@@ -6,10 +6,10 @@ process (the first is the user's first run; a later one is the same run with a w
     python bench/profiles/first_prep.py --scheduler default -- ...   # as fgt-prep chooses: on one GPU dask's threads in this process
 
 Prints, a run at a time: the passes (`TabularDask.timings`; on a GPU each with the device's mean utilization and peak memory by
-`nvidia-smi` every 200 ms), each task kind's count, first and median seconds and the worker's idle
-share of each pass, and the functions holding the most of the worker's samples (inclusive) in the run's first `--head` seconds
+`nvidia-smi` every 200 ms), the task threads' busy seconds, each task kind's count, first, median and total seconds and when its
+first began, and the functions holding the most of the worker's samples (inclusive) in the run's first `--head` seconds
 and in the rest."""
-import argparse, json, os, statistics, sys, time
+import argparse, os, statistics, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 T0 = time.perf_counter()
@@ -37,9 +37,9 @@ def task_table(data:list, t0:float, t1:float)->list:
     for d in data:
         for s in d['startstops']:
             if s['action'] == 'compute' and t0 <= s['start'] <= t1: kinds.setdefault(key_split(d['key']), []).append(s)
-    return [(k, len(v), min(v, key=lambda s: s['start'])['stop'] - min(v, key=lambda s: s['start'])['start'],
-             statistics.median(s['stop']-s['start'] for s in v), sum(s['stop']-s['start'] for s in v),
-             min(s['start'] for s in v) - t0) for k,v in sorted(kinds.items(), key=lambda kv: min(s['start'] for s in kv[1]))]
+    first = {k: min(v, key=lambda s: s['start']) for k,v in kinds.items()}
+    return [(k, len(v), first[k]['stop'] - first[k]['start'], statistics.median(s['stop']-s['start'] for s in v),
+             sum(s['stop']-s['start'] for s in v), first[k]['start'] - t0) for k,v in sorted(kinds.items(), key=lambda kv: first[kv[0]]['start'])]
 
 class Local:
     """dask's local-scheduler callbacks: each task's (key, start, stop) as the task stream gives them (from its submission to its
