@@ -4,8 +4,12 @@ frame of `bench_write.py`) is written by `write_part` under torch's profiler (CU
 files at once; printed for each case: the wall, the GPU's kernel and copy time and the share of the wall the GPU was busy (the
 union of its intervals), copies by direction (GB and GB/s), the largest kernels, and the longest idle gaps.
 
-    python bench/profiles/profile_write.py --dir /dev/shm --threads 1,2,4 --cases default,nocomp,onegroup"""
-import argparse, shutil, sys, tempfile, time
+    python bench/profiles/profile_write.py --dir /dev/shm --threads 1,2,4 --cases default,nocomp,onegroup,hostbuf
+    KVIKIO_NTHREADS=16 python bench/profiles/profile_write.py ...     # KvikIO's and libcudf's settings are read from the environment
+
+Cases: `default` (`write_part`), `nocomp` (no compression), `onegroup` (the file one row group), `nostats` (no statistics),
+`hostbuf` (libcudf's writer into a host buffer, then one write of the file)."""
+import argparse, io, os, shutil, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -40,12 +44,16 @@ def main():
     from fastai_gpu_tabular.tabular import write_part
     df, _, rg = frame(a.rows)
     nbytes = int(df.memory_usage(index=False).sum())
-    kws = dict(default={}, nocomp=dict(compression=None), onegroup=dict(row_group_size_rows=a.rows), nostats=dict(statistics='NONE'))
+    kws = dict(default={}, nocomp=dict(compression=None), onegroup=dict(row_group_size_rows=a.rows), nostats=dict(statistics='NONE'), hostbuf='hostbuf')
     d = Path(tempfile.mkdtemp(dir=a.dir))
     def write(j, kw):
+        if kw == 'hostbuf':  # libcudf encodes into host memory (no file sink, no KvikIO), one write of the file
+            buf = io.BytesIO(); df.to_parquet(buf, index=False, row_group_size_rows=rg)
+            return (d/f'part.{j:05d}.parquet').write_bytes(buf.getbuffer())
         if not kw: return write_part(df, d, j, rg)
         df.to_parquet(d/f'part.{j:05d}.parquet', index=False, **{'row_group_size_rows': rg, **kw})
-    print(f"frame: {a.rows:,} rows, {nbytes/1e9:.2f} GB in memory, row groups of {rg:,} rows; torch {torch.__version__}")
+    env = {k: v for k,v in os.environ.items() if k.startswith(('KVIKIO', 'LIBCUDF'))}
+    print(f"frame: {a.rows:,} rows, {nbytes/1e9:.2f} GB in memory, row groups of {rg:,} rows; torch {torch.__version__}; env {env}")
     for case in a.cases.split(','):
         for t in map(int, a.threads.split(',')):
             run = lambda: list(ThreadPoolExecutor(t).map(lambda j: write(j, kws[case]), range(t)))
