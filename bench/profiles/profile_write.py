@@ -2,7 +2,7 @@
 quarters of it waits on libcudf's parquet writer). One processed Criteo part file (`--rows`, default `part_rows`' 4,194,304; the
 frame of `bench_write.py`) is written by `write_part` under torch's profiler (CUPTI sees libcudf's kernels and copies), `--threads`
 files at once; printed for each case: the wall, the GPU's kernel and copy time and the share of the wall the GPU was busy (the
-union of its intervals), copies by direction (GB and GB/s), the largest kernels, and the longest idle gaps.
+union of its intervals), copies by kind (count, ms), the largest kernels, and the longest idle gaps.
 
     python bench/profiles/profile_write.py --dir /dev/shm --threads 1,2,4 --cases default,nocomp,onegroup,hostbuf
     KVIKIO_NTHREADS=16 python bench/profiles/profile_write.py ...     # KvikIO's and libcudf's settings are read from the environment
@@ -38,6 +38,7 @@ def main():
     p.add_argument('--dir', default='/dev/shm')
     p.add_argument('--threads', default='1,2')
     p.add_argument('--cases', default='default,nocomp,onegroup')
+    p.add_argument('--cprofile', action='store_true', help="also cProfile one `write_part` (the Python side of cuDF's writer)")
     a = p.parse_args()
     import torch
     from torch.profiler import profile, ProfilerActivity
@@ -81,6 +82,11 @@ def main():
             print("  idle gaps (ms):", gaps(iv, lo, hi), " written MB:", round(sum(f.stat().st_size for f in d.iterdir())/1e6, 1))
             print("  top kernels (ms):", {k: round(v, 1) for k,v in sorted(top.items(), key=lambda x: -x[1])[:6]})
             shutil.rmtree(d); d.mkdir()
+    if a.cprofile:
+        import cProfile, pstats
+        write(0, {}); shutil.rmtree(d); d.mkdir()
+        pr = cProfile.Profile(); pr.enable(); t0 = time.perf_counter(); write(0, {}); wall = time.perf_counter() - t0; pr.disable()
+        print(f"\ncProfile of one write_part, {wall*1e3:.0f} ms:"); pstats.Stats(pr).sort_stats('tottime').print_stats(15)
     shutil.rmtree(d, ignore_errors=True)
 
 if __name__ == '__main__': main()
