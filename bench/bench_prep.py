@@ -4,8 +4,7 @@
     python bench/bench_prep.py --rows 400000 --cpu --many-files 40    # the same on the CPU, small
 
 Layouts, rows of one generator (`synth_criteo`: int32 ids, float32 counts with 10% missing, an int8 label), written once,
-by a process of their own, which ends before the first run (made in the bench's own process, the first run after them took
-19.4-20.4 s of processing on one H200, the runs after it 14-15.6 s):
+by a process of their own (the bench holds no GPU memory beside the runs):
 - `few-large`: `--few-files` files (20), 1M-row row groups;
 - `many-small`: `--many-files` files (1,000), one row group each;
 - `wide-types`: `few-large`'s files with int64 ids and float64 counts.
@@ -14,9 +13,13 @@ Each layout runs `--rounds` fresh processes in a row (`python -m fastai_gpu_tabu
 imports): round 1 is a first run (the files are in the OS's page cache, the process has nothing), later rounds say what a warm run
 would add. Reported: processing seconds (what fgt-prep prints: from after its imports, its wait for the cluster included,
 `cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing, and the wall's other parts: `before_s` (the
-imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end); on a GPU `peak_gpu_gb` (the device's memory in
-use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). Targets (issue 53, one H100): >= 5.3M
-rows/s of processing on every layout in a first run, wall <= 1.3x processing."""
+imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end); on a GPU `peak_gpu_gb` (the device's memory
+in use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). The first `fgt-prep` processes
+on a freshly started machine are slower, whatever the data (one H200, 20 files: the first 19.4-21.0 s of processing, the second
+15.6-18.3 s, from the fourth on 14.0-15.6 s; not the kernel caches, the bench's own process or bytecode: bench/NOTES.md, session 41):
+say which run of its machine a figure is. Where `PYTHONDONTWRITEBYTECODE` is set (the device machines) Python writes no bytecode and
+every process compiles the modules it imports (8.8 s of imports against 6.6 s compiled, one H200); the results record it. Targets
+(issue 53, one H100): >= 5.3M rows/s of processing on every layout in a first run, wall <= 1.3x processing."""
 import argparse, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -122,6 +125,7 @@ def main():
     report(a.name or ('prep_layouts' + ('' if gpu else '_cpu')), rows,
            ['layout', 'entry', 'files', 'round', 'processing_s', 'cluster_s', 'rows_s', 'wall_s', 'wall_over_processing', 'before_s',
             'exit_s', 'peak_gpu_gb', 'gpu_busy_pct'],
-           dict(bench='prep', n_rows=a.rows, gpu=gpu, freq_threshold=a.freq_threshold, cap=a.cap))
+           dict(bench='prep', n_rows=a.rows, gpu=gpu, freq_threshold=a.freq_threshold, cap=a.cap,
+                dont_write_bytecode=bool(os.environ.get('PYTHONDONTWRITEBYTECODE'))))
 
 if __name__ == '__main__': main()
