@@ -89,7 +89,7 @@ def main():
     p.add_argument('--many-files', type=int, default=1000)
     p.add_argument('--cap', type=int, default=None, help="synth_criteo's most distinct ids a column (default: Kaggle's counts)")
     p.add_argument('--freq-threshold', default='15')
-    p.add_argument('--rounds', type=int, default=2)
+    p.add_argument('--rounds', type=int, default=2, help='fresh processes a layout (0: write the inputs only)')
     p.add_argument('--dir', default='/tmp/bench_prep', help='the inputs (kept: a later call reuses them) and the processed folder')
     p.add_argument('--cpu', action='store_true', help='pandas workers on the CPU')
     p.add_argument('--keep', default=None, help="move the first layout's last processed folder here (a folder to train from)")
@@ -122,6 +122,7 @@ def main():
             print(rows[-1], flush=True)
             if a.keep and r == a.rounds and not Path(a.keep).exists(): shutil.move(d/'out', a.keep)
             shutil.rmtree(d/'out', ignore_errors=True)
+    if not rows: return  # `--rounds 0`: the inputs only
     report(a.name or ('prep_layouts' + ('' if gpu else '_cpu')), rows,
            ['layout', 'entry', 'files', 'round', 'processing_s', 'cluster_s', 'rows_s', 'wall_s', 'wall_over_processing', 'before_s',
             'exit_s', 'peak_gpu_gb', 'gpu_busy_pct'],
