@@ -15,7 +15,7 @@ would add. Reported: processing seconds (what fgt-prep prints: from after its im
 `cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing, and the wall's other parts: `before_s` (the
 imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end); on a GPU `peak_gpu_gb` (the device's memory
 in use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). The first `fgt-prep` processes
-on a freshly started machine are slower, whatever the data (one H200, 20 files: the first 19.4-21.0 s of processing, the second
+on a freshly started machine (its first on their files too) are slower (one H200, 20 files: the first 19.4-21.0 s of processing, the second
 15.6-18.3 s, from the fourth on 14.0-15.6 s; not the kernel caches, the bench's own process or bytecode: bench/NOTES.md, session 41):
 say which run of its machine a figure is. Where `PYTHONDONTWRITEBYTECODE` is set (the device machines) Python writes no bytecode and
 every process compiles the modules it imports (8.8 s of imports against 6.6 s compiled, one H200); the results record it. Targets
@@ -97,10 +97,8 @@ def main():
     p.add_argument('--name', default=None)
     p.add_argument('--write', default=None, help=argparse.SUPPRESS)  # a child's: write this layout's inputs, then exit
     a = p.parse_args()
-    if a.write:
-        from fastai_gpu_tabular.backend import gpu_available
-        return write(a.write, Path(a.dir)/a.write, a, gpu_available() and not a.cpu)
     from fastai_gpu_tabular.backend import gpu_available
+    if a.write: return write(a.write, Path(a.dir)/a.write, a, gpu_available() and not a.cpu)
     from fastai_gpu_tabular.data import CRITEO_SCHEMA as S  # the columns synth_criteo writes, as fgt-prep's flags
     names = [f for k in ('cat_names', 'cont_names') for f in (f"--{k.replace('_', '-')}", ','.join(S[k]))] + ['--y-names', S['y_names']]
     gpu, d, rows = gpu_available() and not a.cpu, Path(a.dir), []
