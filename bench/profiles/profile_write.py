@@ -64,21 +64,20 @@ def main():
                 t0 = time.perf_counter(); run(); torch.cuda.synchronize(); wall = time.perf_counter() - t0
             ev = [e for e in prof.events() if e.device_type.name == 'CUDA']
             if not ev: print(f"\n{case}, {t}: wall {wall*1e3:.0f} ms, no CUDA events seen"); continue
+            ms = lambda e: (e.time_range.end - e.time_range.start)/1e3  # a device event's own span, in ms
             kern = [e for e in ev if 'memcpy' not in e.name.lower() and 'memset' not in e.name.lower()]
-            cp = [e for e in ev if 'memcpy' in e.name.lower()]
             iv = [(e.time_range.start/1e6, e.time_range.end/1e6) for e in ev]
-            lo,hi = (min(s for s,_ in iv), max(e for _,e in iv)) if iv else (0, 0)
-            by = {}
-            for e in cp:
-                k = e.name.split()[-1] if ' ' in e.name else e.name
-                by.setdefault(k, [0, 0.])[1] += e.device_time/1e6 if hasattr(e, 'device_time') else e.cuda_time/1e6
-                by[k][0] += 1
-            top = {}
-            for e in kern: top[e.name[:60]] = top.get(e.name[:60], 0) + (e.device_time if hasattr(e, 'device_time') else e.cuda_time)/1e3
+            lo,hi = min(s for s,_ in iv), max(e for _,e in iv)
+            by,top = {},{}
+            for e in ev:
+                if 'memcpy' in e.name.lower():  # e.g. 'Memcpy DtoH (Device -> Pinned)': by its direction and host memory
+                    k = e.name[e.name.find('(')+1:-1] if '(' in e.name else e.name
+                    by[k] = (by.get(k, (0, 0.))[0] + 1, by.get(k, (0, 0.))[1] + ms(e))
+            for e in kern: top[e.name[:60]] = top.get(e.name[:60], 0) + ms(e)
             print(f"\n{case}, {t} file(s) at once: wall {wall*1e3:.0f} ms ({t*nbytes/wall/1e9:.2f} GB/s of frame); GPU span "
                   f"{(hi-lo)*1e3:.0f} ms, busy {busy(iv)*1e3:.0f} ms ({busy(iv)/wall:.0%} of the wall); kernels "
-                  f"{sum(top.values()):.0f} ms ({len(kern)}), copies {sum(v[1] for v in by.values())*1e3:.0f} ms "
-                  f"{ {k: (v[0], round(v[1]*1e3, 1)) for k,v in by.items()} }")
+                  f"{sum(top.values()):.0f} ms ({len(kern)}), copies {sum(v[1] for v in by.values()):.0f} ms "
+                  f"{ {k: (n, round(m, 1)) for k,(n,m) in by.items()} }")
             print("  idle gaps (ms):", gaps(iv, lo, hi), " written MB:", round(sum(f.stat().st_size for f in d.iterdir())/1e6, 1))
             print("  top kernels (ms):", {k: round(v, 1) for k,v in sorted(top.items(), key=lambda x: -x[1])[:6]})
             shutil.rmtree(d); d.mkdir()
