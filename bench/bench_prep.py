@@ -104,8 +104,7 @@ def main():
     gpu, d, rows = gpu_available() and not a.cpu, Path(a.dir), []
     for lay in a.layouts.split(','):
         src = d/lay; t = time.perf_counter()
-        subprocess.run([sys.executable, __file__, '--write', lay, '--rows', str(a.rows), '--few-files', str(a.few_files), '--dir', a.dir,
-                        '--many-files', str(a.many_files), *(['--cap', str(a.cap)] if a.cap else []), *(['--cpu'] if a.cpu else [])], check=True)
+        subprocess.run([sys.executable, __file__, *sys.argv[1:], '--write', lay], check=True)  # the generator's flags as given
         files = sorted(src.glob('*.parquet'))
         print(f'{lay}: {len(files)} files, {sum(f.stat().st_size for f in files)/1e9:.2f} GB ({time.perf_counter()-t:.1f} s to have them)', flush=True)
         for r in range(1, a.rounds + 1):
