@@ -88,16 +88,18 @@ def _arrow_kind(t)->str:
 def parquet_schema(files:list, where=None)->dict:
     """The columns of parquet `files` from their footers, checked against each other: {'types': {column: arrow type, the widest},
     'nullable_ints': integer columns that hold (or may hold) nulls, 'rows': rows in all, 'same': one schema}. An unreadable file, a
-    column missing from a file or of another family of type (int and string) is an error naming the file and column; so is no file"""
+    column missing from a file or of another family of type (int and string) is an error naming the file and column; so is no file.
+    Also 'groups': (file's index, rows, bytes) of each row group of the files, in order"""
     import pyarrow as pa, pyarrow.parquet as pq
     where = ifnone(where, files[0] if len(files) == 1 else 'the files')
     if not files: raise FileNotFoundError(f"{str(where)!r}: no .parquet files there")
-    types,first,rows,nulls,same = None,None,0,set(),True
-    for f in files:
+    types,first,rows,nulls,same,groups = None,None,0,set(),True,[]
+    for k,f in enumerate(files):
         try: md = pq.ParquetFile(f).metadata; sch = md.schema.to_arrow_schema()
         except Exception as e:
             raise ValueError(f"{f}: not a readable parquet file ({type(e).__name__}: {e}): remove it or write it again") from None
         rows += md.num_rows
+        groups += [(k, (g := md.row_group(i)).num_rows, g.total_byte_size) for i in range(md.num_row_groups)]
         stats = lambda i: [md.row_group(g).column(i).statistics for g in range(md.num_row_groups)]
         nulls |= {md.schema.column(i).name for i in range(md.num_columns)  # may hold nulls: no statistics say otherwise
                   if any(st is None or not st.has_null_count or st.null_count for st in stats(i))}
@@ -115,7 +117,7 @@ def parquet_schema(files:list, where=None)->dict:
                 f"column {c!r} is {t} in {f} but {types[c]} in {first}: write every file with one type for it")
             if a in ('integer', 'floating') and t.bit_width > types[c].bit_width: types[c] = t
     ints = sorted(c for c in nulls if c in types and pa.types.is_integer(types[c]))  # pandas would read them as float64 without metadata
-    return dict(types=types, nullable_ints=ints, rows=rows, same=same)
+    return dict(types=types, nullable_ints=ints, rows=rows, same=same, groups=groups)
 
 def ints_exact(sch:dict)->dict:
     "pyarrow's `to_pandas` arguments that read integer columns with nulls as pandas' nullable integers (exact), not float64"

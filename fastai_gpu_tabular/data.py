@@ -256,30 +256,51 @@ def _busiest(rows:list, workers:int)->int:
     for r in sorted(rows, reverse=True): loads[loads.index(min(loads))] += r
     return max(loads)
 
-def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:float=1.05):
-    """`read(blocksize)` with `blocksize` made smaller until the busiest of `workers` holds at most `slack` times its even share of
-    the rows (partitions' rows from the parquet footers): partitions of 34, 34, 32M rows on 2 GPUs left one idle for a third of the
-    time, 180 and 20M for most of it (bench/NOTES.md). Each try (a read planned again: its footers) aims at the next multiple of
-    `workers` partitions of equal rows; after `tries`, the best"""
-    from .tabular_dask import _footer_rows
+def _planned_rows(groups:list, blocksize:int, alike:bool=True)->list:
+    """Rows of each partition that dask's adaptive `read_parquet` makes of row `groups` [(file, rows, bytes)] (`parquet_schema`'s)
+    in `blocksize`, as its `aggregate_row_groups` does: a row group joins the partition before it while their bytes stay within
+    `blocksize` (and its file is the partition's, unless files merge: `alike`)"""
+    parts = []
+    for f,r,b in groups:
+        if parts and (alike or f == parts[-1][0]) and parts[-1][2] + b <= blocksize: parts[-1][1] += r; parts[-1][2] += b
+        else: parts.append([f, r, b])
+    return [p[1] for p in parts]
+
+def _evenest(rows_of:Callable, blocksize:int, workers:int, tries:int=6, slack:float=1.05)->tuple:
+    """(load, blocksize, what) of the first `blocksize`, made smaller each try, whose partitions (`rows_of(b)`: their rows, and
+    `what`) leave the busiest of `workers` at most `slack` times its even share of the rows. Each try aims at the next multiple of
+    `workers` partitions of equal rows; after `tries`, the evenest"""
     best = None
     for _ in range(tries):
-        ddf = read(blocksize); n = ddf.npartitions
-        rows = _footer_rows(ddf, n) or [1] * n  # unknown: counted as equal
+        rows,o = rows_of(blocksize)
         load = _busiest(rows, workers) / max(sum(rows), 1) * workers  # no rows: nothing to share
-        if best is None or load < best[0]: best = load, ddf
+        if best is None or load < best[0]: best = load, blocksize, o
         if load <= slack: break
-        blocksize = int(blocksize * sum(rows) / (workers * -(-(n+1) // workers)) / max(rows) * 1.02)  # a row group's rounding
-    return best[1]
+        blocksize = int(blocksize * sum(rows) / (workers * -(-(len(rows)+1) // workers)) / max(rows) * 1.02)  # a row group's rounding
+    return best
 
-def _read_parquet(data, blocksize:int|None=None, gpu:bool=False, alike:bool=True, **kwargs):
+def _even_parts(read:Callable, blocksize:int, workers:int, tries:int=6, slack:float=1.05, plan:Callable|None=None):
+    """`read(blocksize)` with `blocksize` made smaller until the busiest of `workers` holds at most `slack` times its even share of
+    the rows (partitions' rows from the parquet footers, `_evenest`): partitions of 34, 34, 32M rows on 2 GPUs left one idle for a
+    third of the time, 180 and 20M for most of it (bench/NOTES.md). Each try is a read planned again (every footer: 1.4 s for
+    1,000 files on an H200), so a `plan` (the partitions' rows of a blocksize, `_planned_rows`) picks the blocksize first: one read
+    where dask plans as it says"""
+    from .tabular_dask import _footer_rows
+    if plan is not None: blocksize = _evenest(lambda b: (plan(b), None), blocksize, workers, tries, slack)[1]
+    def rows_of(b):
+        ddf = read(b); n = ddf.npartitions
+        return _footer_rows(ddf, n) or [1] * n, ddf  # unknown: counted as equal
+    return _evenest(rows_of, blocksize, workers, tries, slack)[2]
+
+def _read_parquet(data, blocksize:int|None=None, gpu:bool=False, alike:bool=True, groups:list|None=None, **kwargs):
     """dask `read_parquet` of `data` in `_parquet_parts`; by default on GPU workers (or this process's threads) of two or more threads
     in all, `_even_parts` for its threads: each works on a partition at once (3 partitions on a worker of 2 threads: one thread idle
-    for the last partition's time)"""
+    for the last partition's time), planned on the row `groups` of `parquet_schema` if given"""
     lib = importlib.import_module('dask_cudf' if gpu else 'dask.dataframe')
     read = lambda b: lib.read_parquet(data, **_parquet_parts(b, gpu, alike), **kwargs)
     w = _threads() if gpu and blocksize is None else 1
-    return read(blocksize) if w < 2 or isinstance(b := _gpu_blocksize(), float) else _even_parts(read, b, w)
+    if w < 2 or isinstance(b := _gpu_blocksize(), float): return read(blocksize)
+    return _even_parts(read, b, w, plan=None if groups is None else functools.partial(_planned_rows, groups, alike=alike))
 
 def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
@@ -306,7 +327,8 @@ def read_dask(
         if (files := parquet_files(data)) is None and not Path(data).exists(): raise FileNotFoundError(f"`data`: no file {data!r}")
         sch = parquet_schema(files := ifnone(files, [str(data)]), data)
         if not sch['rows']: raise ValueError(f"`data` {data!r}: no rows in its file(s): nothing to process")
-        ddf = _read_parquet(files, blocksize, gpu, sch['same'], **({} if gpu else dict(arrow_to_pandas=ints_exact(sch) or None)))
+        kw = {} if gpu else dict(arrow_to_pandas=ints_exact(sch) or None)
+        ddf = _read_parquet(files, blocksize, gpu, sch['same'], sch['groups'], **kw)
         if casts := schema_casts(sch, dict(ddf.dtypes)): ddf = ddf.astype(casts)
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")

@@ -11,6 +11,7 @@ from fastai.data.block import CategoryBlock
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize, FillStrategy
 from fastai_gpu_tabular.tabular import TabularGPU, RandomRowSplit, load_procs, row_group_rows_for
 from fastai_gpu_tabular.cli import free_port
+from fastai_gpu_tabular.backend import parquet_schema
 from fastai_gpu_tabular.data import synth_movielens, synth_criteo, CRITEO_SCHEMA
 import fastai_gpu_tabular.tabular_dask as tdm
 from fastai_gpu_tabular.tabular_dask import TabularDask, exact_medians, exact_kth, dask_client
@@ -519,6 +520,23 @@ def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_de
     assert fd._parquet_parts(None, False) == dict(split_row_groups='adaptive', blocksize=fd.CPU_BLOCKSIZE, aggregate_files=True)
     assert fd._parquet_parts(None, True, alike=False)['aggregate_files'] is False  # files of two schemas: none merged
 
+def test_planned_rows_are_the_partitions_dask_reads(tmp_path):
+    "`_planned_rows` of the footers' row groups: the rows of each partition of dask's adaptive read, files merged or not"
+    from fastai_gpu_tabular.data import _planned_rows, _parquet_parts
+    from fastai_gpu_tabular.tabular_dask import _footer_rows
+    rng = np.random.default_rng(0)
+    for i,(n,rg) in enumerate(((50_000, 7_000), (3_000, 3_000), (80_000, 20_000), (1, 1))):
+        pd.DataFrame({'a': rng.integers(0, 9, n), 'x': rng.standard_normal(n)}).to_parquet(tmp_path/f'in.{i}.parquet', row_group_size=rg)
+    files = sorted(map(str, tmp_path.glob('*.parquet')))
+    groups = parquet_schema(files)['groups']
+    assert len(groups) == 8+1+4+1 and groups[0][:2] == (0, 7_000) and groups[7][:2] == (0, 1_000) and groups[-1][:2] == (3, 1)
+    for b in (1, 100_000, 250_000, 700_000, 2**30):
+        for alike in (True, False):
+            ddf = dd.read_parquet(files, **_parquet_parts(b, False, alike))
+            rows = _footer_rows(ddf, ddf.npartitions)
+            assert rows and _planned_rows(groups, b, alike) == rows, (b, alike)
+    assert len(_planned_rows(groups, 2**30, False)) == 4 and _planned_rows(groups, 2**30) == [133_001] and _planned_rows([], 1) == []
+
 def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypatch, tmp_path):
     """A default GPU read on 2 workers (or 2 threads of one): the blocksize made smaller until the busiest worker thread holds its
     even share of the rows (by the footers; 34, 34, 32M rows on 2 GPUs left one idle a third of the time, 180 and 20M most of it),
@@ -549,6 +567,9 @@ def test_default_gpu_partitions_give_each_worker_an_even_share_of_rows(monkeypat
     monkeypatch.setattr(torch.cuda, 'mem_get_info', lambda *a: (2**40, int(900_000 / fd.GPU_BLOCKSIZE)))
     with dask.config.set(scheduler='threads', num_workers=2):
         assert fd._gpu_blocksize() == 900_000 and lens(fd._read_parquet(str(tmp_path), None, True)) == [30_000] * 4
+        reads.clear(); groups = parquet_schema(sorted(map(str, tmp_path.glob('*.parquet'))))['groups']
+        d = fd._read_parquet(str(tmp_path), None, True, groups=groups)  # the blocksize picked on the footers: one read
+        assert lens(d) == [30_000] * 4 and len(reads) == 1 and reads[0] < 900_000
     with dask.config.set(scheduler='sync'):  # no client (not another test's either), no threads: dask_cudf's share of the GPU
         assert fd._threads() == 1 and fd._gpu_blocksize() == fd.GPU_BLOCKSIZE
     read = lambda b: reads.append(b) or dd.read_parquet(str(tmp_path), **f(b, True))

@@ -176,3 +176,26 @@ def test_fgt_prep_on_one_gpu_computes_in_its_process(tmp_path):
     assert 'TabularDask on cuDF (GPU)' in out and '(dask in this process: one GPU)' in out and 'dask dashboard' not in out, out
     prep('mem')
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
+
+@pytest.mark.gpu
+def test_planned_rows_are_dask_cudfs_partitions(tmp_path, monkeypatch):
+    """`_planned_rows` of the footers: the rows of each partition of dask_cudf's adaptive read, so that a default read on this
+    process's threads is planned once (the blocksize picked on the footers) where it was planned until even"""
+    import dask, dask_cudf, fastai_gpu_tabular.data as fd
+    from fastai_gpu_tabular.backend import parquet_files, parquet_schema
+    from fastai_gpu_tabular.tabular_dask import _footer_rows
+    synth_criteo(700_000, cap=50_000, gpu=True, path=tmp_path/'in', file_rows=100_000, row_group_rows=30_000)
+    files = parquet_files(tmp_path/'in'); groups = parquet_schema(files)['groups']
+    total = sum(g[2] for g in groups)
+    assert len(groups) == 28 and sum(g[1] for g in groups) == 700_000
+    for b in (1, total // 9, total // 4, int(total * 0.6), 2 * total):
+        ddf = dask_cudf.read_parquet(files, **fd._parquet_parts(b, True))
+        assert fd._planned_rows(groups, b) == _footer_rows(ddf, ddf.npartitions), b
+    reads, f = [], fd._parquet_parts
+    monkeypatch.setattr(fd, '_parquet_parts', lambda b, gpu, alike=True: reads.append(b) or f(b, gpu, alike))
+    monkeypatch.setattr(fd, '_gpu_blocksize', lambda: int(total * 0.6))  # a first blocksize of uneven partitions (60% and 40%)
+    with dask.config.set(scheduler='threads', num_workers=2):
+        d = fd._read_parquet(files, None, True)
+        assert len(reads) > 1 and fd._busiest(_footer_rows(d, d.npartitions), 2) <= 1.05 * 350_000
+        reads.clear(); d = fd._read_parquet(files, None, True, groups=groups)
+    assert len(reads) == 1 and fd._busiest(_footer_rows(d, d.npartitions), 2) <= 1.05 * 350_000 and len(d) == 700_000
