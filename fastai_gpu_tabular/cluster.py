@@ -89,5 +89,8 @@ def dask_scheduler(gpu:bool|None=None, **kwargs):
     """What dask computes on inside the block: its threaded scheduler in this process, `IN_PROCESS_THREADS` partitions at once,
     where `in_process(gpu)` (yields None), else `dask_client(gpu=gpu, **kwargs)` (yields the client)"""
     if not in_process(gpu): yield dask_client(gpu=gpu, **kwargs); return
-    import dask
+    import dask, torch
+    if (gpu_available() if gpu is None else gpu) and torch.cuda.is_available():
+        from .stream import _async_mr
+        _async_mr(torch.cuda.current_device())  # stream-ordered frees where cuDF's `cudaFree` resource is set: it waits for the device
     with dask.config.set(scheduler='threads', num_workers=IN_PROCESS_THREADS): yield None

@@ -199,3 +199,19 @@ def test_planned_rows_are_dask_cudfs_partitions(tmp_path, monkeypatch):
         assert len(reads) > 1 and fd._busiest(_footer_rows(d, d.npartitions), 2) <= 1.05 * 350_000
         reads.clear(); d = fd._read_parquet(files, None, True, groups=groups)
     assert len(reads) == 1 and fd._busiest(_footer_rows(d, d.npartitions), 2) <= 1.05 * 350_000 and len(d) == 700_000
+
+@pytest.mark.gpu
+def test_dask_in_this_process_frees_in_stream_order(monkeypatch):
+    """On one GPU in this process cuDF's resource becomes RMM's stream-ordered one where cuDF's default (`cudaMalloc`, whose
+    `cudaFree` waits for the whole device) is set; a resource the user set (a pool) is kept"""
+    import os, rmm, torch
+    from fastai_gpu_tabular.cluster import dask_scheduler
+    from fastai_gpu_tabular.stream import _async_mr
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', os.environ.get('CUDA_VISIBLE_DEVICES', '0').split(',')[0])
+    i = torch.cuda.current_device(); old = rmm.mr.get_per_device_resource(i)
+    try:
+        for mr,want in ((rmm.mr.CudaMemoryResource(), rmm.mr.CudaAsyncMemoryResource),
+                        (rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), 2**26), rmm.mr.PoolMemoryResource)):
+            _async_mr.cache_clear(); rmm.mr.set_per_device_resource(i, mr)
+            with dask_scheduler(True) as c: assert c is None and type(rmm.mr.get_per_device_resource(i)) is want
+    finally: _async_mr.cache_clear(); rmm.mr.set_per_device_resource(i, old)
