@@ -4,6 +4,7 @@ process (the first is the user's first run; a later one is the same run with a w
 
     python bench/profiles/first_prep.py --repeat 2 -- --data <folder> --cat-names ... --cont-names ... --y-names label
     python bench/profiles/first_prep.py --scheduler default -- ...   # as fgt-prep chooses: on one GPU dask's threads in this process
+    python bench/profiles/first_prep.py --scheduler default --plain-mr -- ...   # the same on cuDF's `cudaMalloc` resource (baseline)
 
 Prints, a run at a time: the passes (`TabularDask.timings`; on a GPU each with the device's mean utilization and peak memory by
 `nvidia-smi` every 200 ms), the task threads' busy seconds, each task kind's count, first, median and total seconds and when its
@@ -81,6 +82,8 @@ def main():
     p.add_argument('--top', type=int, default=25)
     p.add_argument('--cprofile', action='store_true', help="cProfile the first run's main thread (its planning, the client's work between "
                    "passes: with dask's threads the tasks run elsewhere), the --top functions by cumulative time")
+    p.add_argument('--plain-mr', action='store_true', help="keep cuDF's default memory resource (`cudaMalloc`/`cudaFree`, a free waits "
+                   "for the whole device) where fgt-prep's in-process dask makes it RMM's stream-ordered one: that change's baseline")
     p.add_argument('rest', nargs=argparse.REMAINDER, help="fgt-prep's flags, after --")
     a = p.parse_args()
     flags = [f for f in a.rest if f != '--']
@@ -106,6 +109,9 @@ def main():
         with timed(td, name): yield
         spans.append((name, t, time.perf_counter()))
     tdm._timed = spanned  # the passes look it up in their module at each call
+    if a.plain_mr:
+        import fastai_gpu_tabular.stream as fst
+        fst._async_mr = lambda index: None  # `dask_scheduler` imports it at each call
     from fastai_gpu_tabular.backend import gpu_available
     from bench_prep import GpuSampler
     for r in range(a.repeat):
@@ -124,7 +130,8 @@ def main():
         if a.cprofile and r == 0:
             out = io.StringIO(); pstats.Stats(pr, stream=out).sort_stats('cumulative').print_stats(a.top)
             print("  the main thread's cProfile (run 1, cumulative):\n" + out.getvalue()[-6000:], flush=True)
-        print(f'run {r+1}: {wall:.2f} s; passes {to.timings}', flush=True)
+        mr = type(sys.modules['rmm'].mr.get_current_device_resource()).__name__ if 'rmm' in sys.modules else None
+        print(f'run {r+1}: {wall:.2f} s; passes {to.timings}; memory resource {mr}', flush=True)
         if smi:
             smi.stop(0, 0)
             for name,t0,t1 in spans:

@@ -5,6 +5,7 @@ files at once; printed for each case: the wall, the GPU's kernel and copy time a
 union of its intervals), copies by kind (count, ms), the largest kernels, and the longest idle gaps.
 
     python bench/profiles/profile_write.py --dir /dev/shm --threads 1,2,4 --cases default,nocomp,onegroup,hostbuf
+    python bench/profiles/profile_write.py --async-mr ...              # cuDF's frees stream-ordered, as fgt-prep's in-process dask has them
     KVIKIO_NTHREADS=16 python bench/profiles/profile_write.py ...     # KvikIO's and libcudf's settings are read from the environment
 
 Cases: `default` (`write_part`), `nocomp` (no compression), `onegroup` (the file one row group), `nostats` (no statistics),
@@ -38,11 +39,16 @@ def main():
     p.add_argument('--dir', default='/dev/shm')
     p.add_argument('--threads', default='1,2')
     p.add_argument('--cases', default='default,nocomp,onegroup')
+    p.add_argument('--async-mr', action='store_true', help="cuDF's memory resource RMM's stream-ordered one (as fgt-prep's in-process "
+                   "dask sets it) instead of its `cudaMalloc` default, whose frees wait for the whole device")
     p.add_argument('--cprofile', action='store_true', help="also cProfile one `write_part` (the Python side of cuDF's writer)")
     a = p.parse_args()
     import torch
     from torch.profiler import profile, ProfilerActivity
     from fastai_gpu_tabular.tabular import write_part
+    if a.async_mr:
+        from fastai_gpu_tabular.stream import _async_mr
+        _async_mr(torch.cuda.current_device())
     df, _, rg = frame(a.rows)
     nbytes = int(df.memory_usage(index=False).sum())
     kws = dict(default={}, nocomp=dict(compression=None), onegroup=dict(row_group_size_rows=a.rows), nostats=dict(statistics='NONE'), hostbuf='hostbuf')
@@ -54,7 +60,9 @@ def main():
         if not kw: return write_part(df, d, j, rg)
         df.to_parquet(d/f'part.{j:05d}.parquet', index=False, **{'row_group_size_rows': rg, **kw})
     env = {k: v for k,v in os.environ.items() if k.startswith(('KVIKIO', 'LIBCUDF'))}
-    print(f"frame: {a.rows:,} rows, {nbytes/1e9:.2f} GB in memory, row groups of {rg:,} rows; torch {torch.__version__}; env {env}")
+    import rmm
+    mr = type(rmm.mr.get_current_device_resource()).__name__
+    print(f"frame: {a.rows:,} rows, {nbytes/1e9:.2f} GB in memory, row groups of {rg:,} rows; torch {torch.__version__}; env {env}; {mr}")
     for case in a.cases.split(','):
         for t in map(int, a.threads.split(',')):
             run = lambda: list(ThreadPoolExecutor(t).map(lambda j: write(j, kws[case]), range(t)))
