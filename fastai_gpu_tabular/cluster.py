@@ -21,6 +21,8 @@ def dask_client(
     gpu:bool|None=None, # A `LocalCUDACluster` of dask-cuda (default: when a GPU and cuDF are there), else a `LocalCluster`
     device_memory_limit='default', # Each GPU worker spills to host memory beyond this (dask-cuda's setting)
     rmm_pool_size:str|int|None=None, # An RMM pool per GPU worker, e.g. '20GB': cuDF allocates from it
+    rmm_async:bool|None=None, # RMM's stream-ordered resource on each GPU worker (default: without `rmm_pool_size`): cuDF's default
+                              # frees with `cudaFree`, which waits for all the device's work, the other thread's partition's too
     memory_limit='auto', # Host memory of each worker, beyond which it spills to disk
     threads_per_worker:int|None=None, # Partitions a worker works on at once (default: 2 on a GPU, whose reads, Python and writes
                                       # then overlap the other's kernels: 1.14-1.17x on 100M Criteo rows, bench/NOTES.md; 1 on the CPU)
@@ -39,8 +41,8 @@ def dask_client(
         if ifnone(gpu, gpu_available()):
             from dask_cuda import LocalCUDACluster
             cluster = LocalCUDACluster(n_workers=n_workers, device_memory_limit=device_memory_limit, rmm_pool_size=rmm_pool_size,
-                                       memory_limit=memory_limit, threads_per_worker=ifnone(threads_per_worker, 2), protocol='tcp',
-                                       **kwargs)
+                                       rmm_async=ifnone(rmm_async, rmm_pool_size is None), memory_limit=memory_limit,
+                                       threads_per_worker=ifnone(threads_per_worker, 2), protocol='tcp', **kwargs)
         else:
             from distributed import LocalCluster
             cluster = LocalCluster(n_workers=ifnone(n_workers, 2), threads_per_worker=ifnone(threads_per_worker, 1),

@@ -17,6 +17,8 @@ def cuda_client(n):
     from fastai_gpu_tabular.tabular_dask import dask_client
     client = dask_client(n_workers=n, gpu=True, dashboard_address=None)
     assert list(client.nthreads().values()) == [2] * n
+    mr = client.run(lambda: type(__import__('rmm').mr.get_current_device_resource()).__name__)  # stream-ordered frees by default
+    assert set(mr.values()) == {'CudaAsyncMemoryResource'}, mr
     return client.cluster, client
 
 def data(tmp_path, n=400_000):

@@ -83,7 +83,8 @@ def main():
     p.add_argument('--cprofile', action='store_true', help="cProfile the first run's main thread (its planning, the client's work between "
                    "passes: with dask's threads the tasks run elsewhere), the --top functions by cumulative time")
     p.add_argument('--plain-mr', action='store_true', help="keep cuDF's default memory resource (`cudaMalloc`/`cudaFree`, a free waits "
-                   "for the whole device) where fgt-prep's in-process dask makes it RMM's stream-ordered one: that change's baseline")
+                   "for the whole device) where fgt-prep's in-process dask (or `dask_client`'s GPU workers) make it RMM's stream-ordered "
+                   "one: that change's baseline")
     p.add_argument('rest', nargs=argparse.REMAINDER, help="fgt-prep's flags, after --")
     a = p.parse_args()
     flags = [f for f in a.rest if f != '--']
@@ -99,7 +100,8 @@ def main():
     from fastcore.script import parse_cli
     client = None
     if a.scheduler == 'cluster':
-        t = time.perf_counter(); client = tdm.dask_client(); print(f'cluster started in {time.perf_counter()-t:.2f} s', flush=True)
+        t = time.perf_counter(); client = tdm.dask_client(**({'rmm_async': False} if a.plain_mr else {}))
+        print(f'cluster started in {time.perf_counter()-t:.2f} s', flush=True)
     sys.argv = [sys.argv[0], '--dask', *flags]
     pargs,kwargs,_ = parse_cli(data.main)
     spans, timed = [], tdm._timed
