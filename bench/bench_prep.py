@@ -14,10 +14,10 @@ imports): round 1 is a first run (the files are in the OS's page cache, the proc
 would add. Reported: processing seconds (what fgt-prep prints: from after its imports, its wait for the cluster included,
 `cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing, and the wall's other parts: `before_s` (the
 imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end); on a GPU `peak_gpu_gb` (the device's memory
-in use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). The first `fgt-prep` processes
-on a freshly started machine (its first on their files too) are slower (one H200, 20 files: the first 19.4-21.0 s of processing, the second
-15.6-18.3 s, from the fourth on 14.0-15.6 s; not the kernel caches, the bench's own process or bytecode: bench/NOTES.md, session 41):
-say which run of its machine a figure is. Where `PYTHONDONTWRITEBYTECODE` is set (the device machines) Python writes no bytecode and
+in use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). Say which run of its machine a
+figure is: on cuDF's default memory resource a machine's first `fgt-prep` processes were slower than later ones (19.4-21.0 s of
+processing against 14.0-15.6 s from the fourth, one H200, session 41); with cuDF's frees stream-ordered (session 43) the first ran
+as fast as a later one (14.31 against 14.04 s). Where `PYTHONDONTWRITEBYTECODE` is set (the device machines) Python writes no bytecode and
 every process compiles the modules it imports (8.8 s of imports against 6.6 s compiled, one H200); the results record it. Targets
 (issue 53, one H100): >= 5.3M rows/s of processing on every layout in a first run, wall <= 1.3x processing."""
 import argparse, os, re, shutil, subprocess, sys, time
