@@ -10,8 +10,8 @@ fastai_gpu_tabular/_ref_tabular_dask.py`, then `--ref-module fastai_gpu_tabular.
 
 Every path starts from the same parquet files, written first (row groups of `--rg` rows), and ends with the processed
 folder written: `TabularGPU`/pandas read all rows into one process, the dask paths read and write partition by
-partition. The ratios are against 1 worker. Targets (GPU-run issues): 2 GPUs >= 1.8x one; one dask-cuda worker within
-1.5x of the in-memory `TabularGPU` time."""
+partition. The ratios are against 1 worker's first round (a fresh cluster's first run, what a user runs once). Targets
+(GPU-run issues): 2 GPUs >= 1.8x one; one dask-cuda worker within 1.5x of the in-memory `TabularGPU` time."""
 import argparse, importlib, shutil, sys, tempfile, time, warnings
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,7 +39,8 @@ def main():
     p.add_argument('--blocksize', default=None, help="dask partitions of about this many bytes of the input, e.g. 1GB (row groups "
                    "aggregated: `read_dask`'s, `fgt-prep --blocksize`); default `read_dask`'s (GPU: `GPU_BLOCKSIZE`; CPU: a row group)")
     p.add_argument('--rounds', type=int, default=1, help="time each path this many times in the same cluster (TabularDask) or "
-                   "process (in memory): the first pays a fresh worker's or process's warm-up, the last is the warm figure the ratios use")
+                   "process (in memory): the first, a fresh cluster's or process's run (what a user runs once), is the figure the "
+                   "ratios use; later rounds say what a warm one would add")
     p.add_argument('--tasks', action='store_true', help="each TabularDask run's task stream summed by worker and task name (where "
                    "a worker's time goes, and how long it waits), in the results file")
     a = p.parse_args()
@@ -79,7 +80,8 @@ def main():
         del df
     rows = []
     def timed(name, f, base=None):
-        "`f` timed `--rounds` times (each a row): the last round's seconds"
+        "`f` timed `--rounds` times (each a row): the first round's seconds"
+        first = None
         for r in range(a.rounds):
             sync(); t = time.perf_counter(); to = f(); sync(); s = time.perf_counter() - t
             rows.append(dict(path=name + (f' (round {r+1})' if a.rounds > 1 else ''), seconds=round(s, 2), rows_s=round(a.rows / s)))
@@ -87,7 +89,8 @@ def main():
             if hasattr(to, 'ddf'): rows[-1]['partitions'] = to.ddf.npartitions
             print(rows[-1], flush=True)
             shutil.rmtree(tmp/'out', ignore_errors=True)
-        return s
+            first = s if first is None else first
+        return first
     secs, tasks = {}, []
     in_bytes = sum(f.stat().st_size for f in files)
     for n, th, lim in [(int(o), None if t == 'default' else int(t), m) for o in a.workers.split(',') for t in a.threads.split(',')
