@@ -81,7 +81,6 @@ def main():
     rows = []
     def timed(name, f, base=None):
         "`f` timed `--rounds` times (each a row): the first round's seconds"
-        first = None
         for r in range(a.rounds):
             sync(); t = time.perf_counter(); to = f(); sync(); s = time.perf_counter() - t
             rows.append(dict(path=name + (f' (round {r+1})' if a.rounds > 1 else ''), seconds=round(s, 2), rows_s=round(a.rows / s)))
@@ -89,7 +88,7 @@ def main():
             if hasattr(to, 'ddf'): rows[-1]['partitions'] = to.ddf.npartitions
             print(rows[-1], flush=True)
             shutil.rmtree(tmp/'out', ignore_errors=True)
-            first = s if first is None else first
+            if r == 0: first = s
         return first
     secs, tasks = {}, []
     in_bytes = sum(f.stat().st_size for f in files)
