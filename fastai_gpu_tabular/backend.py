@@ -15,9 +15,10 @@ __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', '
            'parquet_schema', 'ints_exact', 'schema_casts', 'read_parquet_exact', 'read_frame', 'write_parquet',
            'nans_to_nulls', 'cast', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'concat_positions',
            'standardized', 'standardize', 'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor',
-           'fill_nulls', 'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns',
-           'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_rows',
-           'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
+           'array_tensor', 'fill_nulls', 'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints',
+           'set_columns', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode',
+           'explode_elements', 'cum_offsets', 'explode_rows', 'list_column', 'is_list_column', 'list_total',
+           'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -261,6 +262,11 @@ def device_tensor(a):
     import torch
     return torch.from_dlpack(a.values if is_cudf(a) else a)
 
+def array_tensor(a):
+    "numpy or cupy array `a` as a torch tensor on its device, sharing its memory"
+    import torch
+    return torch.from_numpy(a) if isinstance(a, np.ndarray) else device_tensor(a)
+
 def fill_nulls(s, v):
     """`s` with its missing values replaced by number `v`; a cuDF float column's through libcudf's `replace_nulls`, without the
     host sync of `fillna`'s NaN count (a NaN is already a missing value there: `nans_to_nulls`, `clean_conts`)"""
@@ -282,8 +288,12 @@ def like_series(t, like):
     return df_lib(like).Series(tensor_array(t), index=like.index, name=like.name)
 
 def tensor_array(t):
-    "Torch tensor `t` as a numpy (CPU) or cupy (GPU) array, sharing its memory"
-    return t.numpy() if t.device.type == 'cpu' else importlib.import_module('cupy').from_dlpack(t)
+    """Torch tensor `t` as a numpy (CPU) or cupy (GPU) array, sharing its memory (a bool one through uint8). Integer work on the
+    GPU goes through torch's kernels: each cupy operation new to a machine is compiled there first (`bincount` and `cumsum` 2-5 s
+    each: 11 s of a first `fgt-prep` of MovieLens-shaped rows, bench/NOTES.md)"""
+    if t.device.type == 'cpu': return t.numpy()
+    import torch, cupy
+    return cupy.from_dlpack(t) if t.dtype != torch.bool else cupy.from_dlpack(t.view(torch.uint8)).view(cupy.bool_)
 
 def num_tensor(s):
     """Numeric series `s` as a tensor on its device (of `_torch_type`; no copy on the GPU where torch has its type), None if it has
@@ -397,8 +407,8 @@ def _is_str(s):
     if is_cudf(s): return s.dtype == object or str(s.dtype) == 'str'
     return pd.api.types.infer_dtype(s, skipna=True) in ('string', 'empty')
 
-def explode_rows(s, sep:str='|'):
-    "Flatten multi-hot `s` (lists, or strings split on `sep`) to (elements, offsets): row `i` is `elements[offsets[i]:offsets[i+1]]`"
+def _exploded(s, sep:str):
+    "The elements of multi-hot `s` (lists, or strings split on `sep`), each indexed by its row's position (an empty row: one missing)"
     if _is_str(s):
         v = s.iloc[:1000].dropna()  # lists turned into their text ("['a', 'b']") by `dd.from_pandas` or a CSV: refused, not split
         if len(v) and bool((v.str.startswith('[') & v.str.endswith(']')).all()):
@@ -406,13 +416,29 @@ def explode_rows(s, sep:str='|'):
                              f"writes list columns so (set dask's 'dataframe.convert-string' to False first), as does a CSV; give "
                              f"lists, or strings joined by {sep!r}")
         s = s.str.split(sep)
-    e = s.reset_index(drop=True).explode()
-    xp = array_lib(e)
-    lens = xp.bincount(xp.asarray(e.index.values if is_cudf(e) else e.index.to_numpy(), dtype=np.int64), minlength=len(s))
-    offs = xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(lens)])
+    return s.reset_index(drop=True).explode()
+
+def explode_elements(s, sep:str='|'):
+    "The elements of multi-hot `s` (lists, or strings split on `sep`) as one series, row after row (an empty row: one missing)"
+    e = _exploded(s, sep).reset_index(drop=True)
+    return e.where(e != '') if _is_str(e) else e
+
+def cum_offsets(lens):
+    "Offsets `[0, lens[0], lens[0]+lens[1], ...]` (int64) of row lengths `lens` (numpy or cupy), on their device"
+    import torch
+    t = array_tensor(lens).long()
+    res = t.new_zeros(len(t)+1)
+    torch.cumsum(t, 0, out=res[1:])
+    return tensor_array(res)
+
+def explode_rows(s, sep:str='|'):
+    "Flatten multi-hot `s` (lists, or strings split on `sep`) to (elements, offsets): row `i` is `elements[offsets[i]:offsets[i+1]]`"
+    import torch
+    e = _exploded(s, sep)
+    rows = e.index.values if is_cudf(e) else e.index.to_numpy(dtype=np.int64)
+    lens = tensor_array(torch.bincount(array_tensor(rows).long(), minlength=len(s)))
     e = e.reset_index(drop=True)
-    if _is_str(e): e = e.where(e != '')
-    return e, offs
+    return (e.where(e != '') if _is_str(e) else e), cum_offsets(lens)
 
 # %% ../nbs/00_backend.ipynb #8995d1b7
 def list_column(values, offsets, like):
@@ -424,7 +450,7 @@ def list_column(values, offsets, like):
         return pd.Series(res, index=like.index, name=like.name)
     import cudf, pylibcudf as plc
     plc_col = lambda s: (r[0] if isinstance(r := s.to_pylibcudf(), tuple) else r)
-    offs = cudf.Series(offsets.astype('int32'))
+    offs = cudf.Series(offsets).astype('int32')  # libcudf's cast: cupy's `astype` is compiled on a machine's first run
     col = plc.Column(plc.DataType(plc.TypeId.LIST), len(offsets)-1, None, None, 0, 0, [plc_col(offs), plc_col(values)])
     res = cudf.Series.from_pylibcudf(col)
     res.index,res.name = like.index,like.name
@@ -442,9 +468,8 @@ def list_total(s)->int:
 
 def list_values_offsets(s):
     "(values, offsets) of list column `s`, on its device: row `i` is `values[offsets[i]:offsets[i+1]]`"
-    xp = array_lib(s)
     if is_cudf(s): vals,lens = s.list.leaves.values, s.list.len().fillna(0).values
     else:
         vals = np.concatenate(list(s.values)) if len(s) else np.zeros(0, np.int64)
         lens = np.fromiter((len(o) for o in s.values), np.int64, len(s))
-    return vals, xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(lens.astype(np.int64))])
+    return vals, cum_offsets(lens)

@@ -98,7 +98,7 @@ class Categorify(_FaiCategorify):
         self.vocab,self.rare = {},{}
         for n in to.cat_names: self.vocab[n],self.rare[n] = fit_vocab(to.items[n], *self.limits(n))
         for n in getattr(to, 'mh_names', []):
-            self.vocab[n],self.rare[n] = fit_vocab(explode_rows(to.items[n], self.sep)[0], *self.limits(n))
+            self.vocab[n],self.rare[n] = fit_vocab(explode_elements(to.items[n], self.sep), *self.limits(n))
         self._set_classes()
 
     def _set_classes(self):

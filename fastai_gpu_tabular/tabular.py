@@ -104,19 +104,24 @@ def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like:pd.DataFrame|Non
     return res if like is None else tuple(as_index_array(o, like) for o in res)
 
 # %% ../nbs/02_tabular.ipynb #9c9279ef
-def _mix64(x, xp):
-    "splitmix64's finaliser on a uint64 array (numpy or cupy, the same bits on both)"
-    x = x ^ (x >> xp.uint64(30)); x = x * xp.uint64(0xbf58476d1ce4e5b9)
-    x = x ^ (x >> xp.uint64(27)); x = x * xp.uint64(0x94d049bb133111eb)
-    return x ^ (x >> xp.uint64(31))
+def _i64(u:int)->int: return u - 2**64 if u >= 2**63 else u  # a uint64 constant's bits as an int64
+def _srl(x, k:int): return (x >> k) & ((1 << 64-k) - 1)  # a logical right shift of an int64 tensor (torch's `>>` keeps the sign)
+
+def _mix64(x):
+    """splitmix64's finaliser on the bits of int64 tensor `x` read as uint64 (products wrap alike): numpy's uint64 bits, through
+    torch's kernels on any device (cupy's would be compiled on a machine's first run)"""
+    x = x ^ _srl(x, 30); x = x * _i64(0xbf58476d1ce4e5b9)
+    x = x ^ _srl(x, 27); x = x * _i64(0x94d049bb133111eb)
+    return x ^ _srl(x, 31)
 
 class RandomRowSplit:
     "fastai-style splitter: a row is in validation when a seeded hash of its position falls below `valid_pct`"
     def __init__(self, valid_pct:float=0.2, seed:int=42): store_attr()
     def valid_mask(self, start:int, n:int, xp=np):
         "Validation flags of the rows at positions `start` to `start+n` (a numpy or cupy bool array, by `xp`)"
-        pos = xp.arange(start, start+n, dtype=np.uint64) + xp.uint64((self.seed*0x9e3779b97f4a7c15) % 2**64)
-        return (_mix64(pos, xp) >> xp.uint64(11)).astype(np.float64) * 2.0**-53 < self.valid_pct
+        dev = 'cpu' if xp is np else torch.device('cuda', xp.cuda.Device().id)
+        pos = torch.arange(start, start+n, dtype=torch.int64, device=dev) + _i64((self.seed*0x9e3779b97f4a7c15) % 2**64)
+        return tensor_array(_srl(_mix64(pos), 11).double() * 2.0**-53 < self.valid_pct)
     def __call__(self, items):
         "(train, valid) positions of `items` (a frame, or anything with a length), as fastai's splitters give them"
         v = self.valid_mask(0, len(items))

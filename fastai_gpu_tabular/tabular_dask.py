@@ -19,7 +19,7 @@ from .backend import *
 from .cluster import dask_client
 from .procs import *
 from .tabular import *
-from .tabular import _our_proc, _NAME_KEYS, _mix64
+from .tabular import _our_proc, _NAME_KEYS, _mix64, _i64
 from .loader import col_tensor
 from .backend import _torch_type
 from .procs import _py
@@ -37,17 +37,20 @@ def _col_splitter(splits):
     return d['col'], d.get('on')
 
 def _valid(part, start:int, splits):
-    "Validation flags of a partition whose first row is at global position `start`"
-    xp = array_lib(part)
-    if isinstance(splits, RandomRowSplit): return splits.valid_mask(start, len(part), xp)
-    if splits is None: return xp.zeros(len(part), dtype=bool)
-    col,on = splits
-    return (part[col].isin(on if is_listy(on) else [on]) if on is not None else part[col].astype(bool)).values
+    """Validation flags of a partition whose first row is at global position `start`, a series on its index (negated by the
+    frame library: cupy's `~` is compiled on a machine's first run)"""
+    if isinstance(splits, RandomRowSplit): v = splits.valid_mask(start, len(part), array_lib(part))
+    elif splits is None: v = array_lib(part).zeros(len(part), dtype=bool)
+    else:
+        col,on = splits
+        return part[col].isin(on if is_listy(on) else [on]) if on is not None else part[col].astype(bool)
+    return df_lib(part).Series(v, index=part.index)
 
 def _prepare(part, cont_names, types, splits, start:int, cols:list|None=None):
     "A partition (its `cols`) with ±inf as missing, `types` applied, and its global row positions (from `start`) and validation flags"
     part = cast(clean_conts(part[cols] if cols is not None else part.copy(), cont_names), types)
-    return part.assign(**{_POS: array_lib(part).arange(start, start+len(part), dtype=np.int64), _VALID: _valid(part, start, splits)})
+    pos = df_lib(part).Series(range(start, start+len(part)), dtype='int64').values  # libcudf's sequence: no cupy kernel
+    return part.assign(**{_POS: pos, _VALID: _valid(part, start, splits).values})
 
 def _apply(part, procs:list, names:dict):
     "Prepared partition `part` (`_prepare`: cleaned already) processed by the fitted `procs`, as `TabularGPU.from_saved` processes a frame"
@@ -298,12 +301,12 @@ def _stats(part, start:int, plan:dict)->dict:
                exact=float32_exact(part, [n for n in num if n in plan['exact'] and part[n].dtype.kind == 'f']))
     if not plan.get('train'): return res
     if plan['f32']: part = cast(part, plan['f32'])  # float columns as `reduce_memory` narrows them: `TabularGPU` fits on those
-    tr = part[~_valid(part, start, plan['splits'])]
+    tr = part[(~_valid(part, start, plan['splits'])).values]
     xs = {n: _f64(tr, n) for n in dict.fromkeys(plan['moments'] + plan['bins'])}  # a continuous column's tensor, made once
     res.update(rows=len(tr), count=dict(to_pandas(tr[plan['conts']+plan['ys']].count())), moments=_moments(tr, plan['moments'], xs),
                vc={n: _value_counts(tr[n]) for n in plan['vc']},
                bins=dict(zip(plan['bins'], _host_bins([_value_bins(xs[n]) for n in plan['bins']]))))
-    res['vc'].update({n: _value_counts(explode_rows(tr[n], plan['sep'])[0]) for n in plan['mh']})
+    res['vc'].update({n: _value_counts(explode_elements(tr[n], plan['sep'])) for n in plan['mh']})
     return res
 
 _UNIQUE_TYPES = {np.dtype(t) for t in ('int8', 'int16', 'int32', 'int64', 'uint8', 'float32', 'float64')}  # torch.unique's
@@ -357,7 +360,7 @@ def _split_counts(st:dict, k:int)->list:
     for n,vc in st['vc'].items():
         if isinstance(vc, tuple):
             xp = array_lib(vc[0])
-            h = _mix64(vc[0].astype(np.int64).view(np.uint64), xp) % xp.uint64(k)
+            h = tensor_array(_mix64(array_tensor(vc[0]).long())).view(np.uint64) % xp.uint64(k)
             for j,d in enumerate(pieces): d[n] = (vc[0][h == j], vc[1][h == j])
         else:
             h = (vc.index.to_series().hash_values() if is_cudf(vc) else pd.util.hash_pandas_object(vc.index, index=False)) % k
@@ -390,7 +393,7 @@ def _fit_categorify(p, td, prior, src):
     vcs = {n: v for n in cols if (v := _counts(td, n)) is not None}
     if left := [n for n in cols if n not in vcs]:  # written by earlier procs: read with them applied
         train = src()
-        elems = lambda s: s.map_partitions(lambda x: explode_rows(x, p.sep)[0], meta=explode_rows(s._meta, p.sep)[0])
+        elems = lambda s: s.map_partitions(lambda x: explode_elements(x, p.sep), meta=explode_elements(s._meta, p.sep))
         vcs.update(zip(left, map(to_pandas, _compute(*[(train[n] if n in td.cat_names else elems(train[n]))
                                                      .value_counts(split_every=td.split_every, split_out=1) for n in left]))))
     p.vocab,p.rare = {},{}
@@ -641,9 +644,8 @@ def _write_pass(part, prep:tuple|None, procs:list, names:dict, pass_names:list, 
     return _write(_processed(part, procs, names, pass_names), folder, i, row_group_rows, part_rows)
 
 def _shuffle_key(part, seed:int):
-    xp = array_lib(part)
-    pos = xp.asarray(part[_POS].values).astype(np.uint64) + xp.uint64((seed*0x2545f4914f6cdd1d) % 2**64)
-    return part.assign(_key=_mix64(pos, xp).astype(np.int64))
+    pos = col_tensor(part[_POS]) + _i64((seed*0x2545f4914f6cdd1d) % 2**64)
+    return part.assign(_key=tensor_array(_mix64(pos)))
 
 @patch
 def to_parquet(self:TabularDask,

@@ -9,7 +9,7 @@ from fastcore.script import is_cli
 from contextlib import contextmanager
 from fastai.tabular.all import *
 from fastai.distributed import *
-from .backend import gpu_available, read_frame, explode_rows, host_list
+from .backend import gpu_available, read_frame, explode_elements, host_list
 from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
@@ -657,7 +657,7 @@ def warn_unseen(to, df, data, most:float=0.5):
     cat = first(p for p in to.procs if isinstance(p, Categorify))
     if cat is None: return
     for n in [c for c in cat.vocab if c in df.columns]:
-        s = explode_rows(df[n], cat.sep)[0] if n in getattr(to, 'mh_names', ()) else df[n]
+        s = explode_elements(df[n], cat.sep) if n in getattr(to, 'mh_names', ()) else df[n]
         if (u := cat._unseen(n, cat._like_training(n, s))) > most: warn(
             f"`data` {data}: {u:.0%} of the values of categorical column {n!r} were never seen in training, and are scored as missing "
             f"(e.g. {host_list(s.dropna().head(3))}; the model knows e.g. {list(cat.vocab[n][:3])}): check the column"

@@ -24,14 +24,27 @@ def test_standardize_equals_pandas_bit_for_bit():
         np.testing.assert_array_equal(to_pandas(standardize(g, 3.25, 7.5)).to_numpy(), ref)
         np.testing.assert_array_equal(standardize(s, 3.25, 7.5).to_numpy(), ref)
 
+SPY = '''
+import json, traceback, cupy.cuda.compiler as cc
+names = []
+f = cc._compile_module_with_cache
+def spy(source, *a, **k):
+    at = [f"{fr.name}:{fr.lineno}" for fr in traceback.extract_stack() if 'fastai_gpu_tabular' in fr.filename][-2:]
+    names.append(source[source.find('void'):][:60] + ' at ' + ' < '.join(reversed(at))); return f(source, *a, **k)
+cc._compile_module_with_cache = spy
+'''
+
+def compiled(code:str, **env)->list:
+    "The cupy kernels `code` compiled in a new process with an empty cupy cache (each with its first kernel line and its caller)"
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, '-c', SPY + textwrap.dedent(code)], capture_output=True, text=True,
+                           env=dict(os.environ, CUPY_CACHE_DIR=d, **env))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
 def test_procs_compile_no_cupy_kernel_in_a_fresh_process():
     "bench_e2e's procs in a new process with an empty cupy cache: every kernel they launch is compiled ahead of time"
-    code = textwrap.dedent('''
-        import json, cupy.cuda.compiler as cc
-        names = []
-        f = cc._compile_module_with_cache
-        def spy(source, *a, **k): names.append(source[source.find('void'):][:60]); return f(source, *a, **k)
-        cc._compile_module_with_cache = spy
+    assert compiled('''
         from fastai.tabular.all import CategoryBlock
         from fastai_gpu_tabular.data import synth_movielens, BENCH_SCHEMA
         from fastai_gpu_tabular.tabular import TabularGPU, random_splits
@@ -42,8 +55,34 @@ def test_procs_compile_no_cupy_kernel_in_a_fresh_process():
         schema = {k: list(v) if isinstance(v, tuple) else v for k, v in BENCH_SCHEMA.items()}
         TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=random_splits(len(df), 0.2, 42), y_block=CategoryBlock(),
                    **schema)
-        print(json.dumps(names))''')
-    with tempfile.TemporaryDirectory() as d:
-        r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, CUPY_CACHE_DIR=d))
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.splitlines()[-1]) == []
+        print(json.dumps(names))''') == []
+
+def test_a_first_fgt_prep_of_multi_hot_rows_and_its_first_batch_compile_no_cupy_kernel(tmp_path):
+    """`fgt-prep --dask` on one GPU (dask's threads in this process, `RandomRowSplit`, a multi-hot column of `|`-joined strings),
+    then a streamed batch of its folder, in a new process with an empty cupy cache: nothing compiled. (A machine's first
+    MovieLens-shaped `fgt-prep` spent 11 s compiling cupy's `bincount` and `cumsum`, the split's hash and `~`: bench/NOTES.md)"""
+    from fastai_gpu_tabular.data import synth_movielens
+    synth_movielens(60_000, gpu=False).to_parquet(tmp_path/'in.parquet', row_group_size=15_000)
+    assert compiled(f'''
+        from fastai_gpu_tabular.data import main
+        from fastai_gpu_tabular.stream import TabularDataLoaders
+        names.clear()
+        main(data='{tmp_path/"in.parquet"}', cat_names='userId,movieId,hour', cont_names='days,year', mh_names='genres',
+             y_names='target', dask=True, out='{tmp_path/"out"}', blocksize='256KB')
+        b = TabularDataLoaders.from_processed('{tmp_path/"out"}', bs=4096).one_batch()
+        print(json.dumps(names))''', CUDA_VISIBLE_DEVICES=os.environ.get('CUDA_VISIBLE_DEVICES', '0').split(',')[0]) == []
+
+def test_split_hash_and_multi_hot_offsets_through_torch_equal_numpy():
+    "The split's hash and the multi-hot offsets, now torch's kernels on the GPU: numpy's and pandas' results exactly"
+    import cupy
+    from fastai_gpu_tabular.tabular import RandomRowSplit
+    for sp, start in ((RandomRowSplit(0.2, 42), 0), (RandomRowSplit(0.3, 9), 2**40)):
+        g = sp.valid_mask(start, 200_000, cupy)
+        assert g.dtype == bool
+        np.testing.assert_array_equal(cupy.asnumpy(g), sp.valid_mask(start, 200_000))
+    p = pd.Series(['a|b', None, '', 'c', 'a||c', 'b'] * 500, dtype='str')
+    (ep, op), (eg, og) = explode_rows(p), explode_rows(to_backend(p.to_frame('m'), gpu=True)['m'])
+    np.testing.assert_array_equal(cupy.asnumpy(og), op)
+    eg = to_pandas(eg)
+    assert eg.isna().tolist() == ep.isna().tolist() and eg.dropna().tolist() == ep.dropna().tolist()
+    np.testing.assert_array_equal(cupy.asnumpy(cum_offsets(cupy.asarray([3, 0, 2], dtype=cupy.int32))), [0, 3, 3, 5])

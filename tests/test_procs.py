@@ -3,11 +3,12 @@ import pickle, numpy as np, pandas as pd, pytest
 from types import SimpleNamespace
 from hypothesis import given, settings, assume, strategies as st, HealthCheck
 from fastai.data.block import CategoryBlock
-from fastai_gpu_tabular.backend import explode_rows, list_values_offsets
+import torch
+from fastai_gpu_tabular.backend import explode_rows, explode_elements, cum_offsets, list_values_offsets
 from fastai_gpu_tabular.procs import Categorify, FillMissing, FillStrategy, Normalize, RARE, UNSEEN
 from fastai_gpu_tabular.tabular import TabularGPU, save_procs, load_procs
 from fastai_gpu_tabular.data import synth_movielens, synth_tabular
-from fastai_gpu_tabular.tabular import random_splits
+from fastai_gpu_tabular.tabular import random_splits, RandomRowSplit, _mix64
 
 def tab(df, procs, n_train=None, **kw):
     n_train = len(df) if n_train is None else n_train
@@ -165,3 +166,34 @@ def test_vocab_from_counts_as_arrays_equals_its_lists():
                 if len(l): assert a.dtype == np.asarray(l).dtype, (vc.index.dtype, a.dtype)
     s = pd.Series([1, 1], index=['a', 'b'])  # strings stay lists
     assert vocab_from_counts(s, arrays=True) == (['a', 'b'], [])
+
+def test_exploded_rows_offsets_follow_each_row():
+    "`explode_rows`'s offsets (torch's `bincount` and `cumsum`): an empty or missing row holds one missing element, as pandas' `explode`"
+    rs = np.random.default_rng(0)
+    rows = [None if rs.random() < .1 else [int(v) for v in rs.integers(0, 9, rs.integers(0, 4))] for _ in range(500)]
+    s = pd.Series(rows, dtype=object, index=np.arange(500)[::-1])  # any index: rows are positions
+    e, offs = explode_rows(s)
+    assert offs.dtype == np.int64
+    np.testing.assert_array_equal(offs, np.cumsum([0] + [max(len(r or []), 1) for r in rows]))
+    for i, r in enumerate(rows): assert e.iloc[offs[i]:offs[i+1]].dropna().tolist() == (r or []), i
+    pd.testing.assert_series_equal(explode_elements(s), e)
+    np.testing.assert_array_equal(explode_rows(pd.Series(['a|b', '', None, 'c'], dtype='str'))[1], [0, 2, 3, 4, 5])
+    np.testing.assert_array_equal(cum_offsets(np.array([2, 0, 3], dtype=np.int32)), [0, 2, 2, 5])
+    assert cum_offsets(np.zeros(0, np.int64)).tolist() == [0]
+
+def _splitmix64(x):
+    "The reference: splitmix64's finaliser on a numpy uint64 array"
+    with np.errstate(over='ignore'):
+        for k, m in ((30, 0xbf58476d1ce4e5b9), (27, 0x94d049bb133111eb)): x = (x ^ (x >> np.uint64(k))) * np.uint64(m)
+        return x ^ (x >> np.uint64(31))
+
+def test_row_split_is_splitmix64_of_the_uint64_positions():
+    "`RandomRowSplit` hashes in torch's int64 (logical shifts, products wrapping): numpy's uint64 splitmix64, bit for bit"
+    a = np.random.default_rng(1).integers(0, 2**64 - 1, 50_000, dtype=np.uint64); a[:3] = [0, 2**63, 2**64 - 1]
+    np.testing.assert_array_equal(_mix64(torch.from_numpy(a.view(np.int64))).numpy().view(np.uint64), _splitmix64(a))
+    for seed, pct, start in ((42, 0.2, 0), (7, 0.25, 2**40)):
+        with np.errstate(over='ignore'):
+            pos = np.arange(start, start + 50_000, dtype=np.uint64) + np.uint64(seed*0x9e3779b97f4a7c15 % 2**64)
+        want = (_splitmix64(pos) >> np.uint64(11)) * 2.0**-53 < pct
+        np.testing.assert_array_equal(RandomRowSplit(pct, seed).valid_mask(start, 50_000), want)
+        assert 0.9*pct < want.mean() < 1.1*pct
