@@ -40,7 +40,8 @@ p.add_argument('--mem-frac', type=float, default=0.1, help='mem_bytes as a share
 p.add_argument('--dir', default='/tmp/fgt_bench_stream', help='where the processed folder is written')
 p.add_argument('--reader', default='pyarrow', choices=['pyarrow', 'cudf'], help="the streaming loader's `reader`")
 p.add_argument('--name', default='stream', help='results file: bench/results/NAME.json')
-p.add_argument('--row-group-rows', type=int, default=None, help="the processed folder's row groups (default `to_parquet`'s: ~64 MiB)")
+p.add_argument('--row-group-rows', type=int, default=131_072, help="rows of the processed folder's row groups (default 131,072: "
+               "`--mem-frac` 0.1 holds several; `to_parquet`'s own ~64 MiB ones are over half of it, and the loader refuses)")
 p.add_argument('--shape', default='movielens', choices=['movielens', 'criteo'], help='the rows: `synth_movielens` or `synth_criteo`')
 p.add_argument('--cap', type=int, default=500_000, help='criteo: most distinct ids of a column')
 p.add_argument('--prefetch', type=int, nargs='+', default=[2], help="the streaming loader's windows read ahead at once, a row each")
