@@ -17,7 +17,8 @@ imports before fgt-prep's clock) and `exit_s` (from its last figure to the proce
 in use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). Say which run of its machine a
 figure is: on cuDF's default memory resource a machine's first `fgt-prep` processes were slower than later ones (19.4-21.0 s of
 processing against 14.0-15.6 s from the fourth, one H200, session 41); with cuDF's frees stream-ordered (session 43) the first ran
-as fast as a later one (14.31 against 14.04 s). Where `PYTHONDONTWRITEBYTECODE` is set (the device machines) Python writes no bytecode and
+as fast as a later one (14.31 against 14.04 s). A machine new to cupy compiled its kernels in the first run (1 s on Criteo
+rows before a8e8ae8, none since): set `CUPY_CACHE_DIR` to an empty folder to measure that machine. Where `PYTHONDONTWRITEBYTECODE` is set (the device machines) Python writes no bytecode and
 every process compiles the modules it imports (8.8 s of imports against 6.6 s compiled, one H200); the results record it. Targets
 (issue 53, one H100): >= 5.3M rows/s of processing on every layout in a first run, wall <= 1.3x processing."""
 import argparse, os, re, shutil, subprocess, sys, time
