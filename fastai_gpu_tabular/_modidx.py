@@ -874,7 +874,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                             'fastai_gpu_tabular.tabular._mix64': ('tabular.html#_mix64', 'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular._our_proc': ( 'tabular.html#_our_proc',
                                                                                       'fastai_gpu_tabular/tabular.py'),
-                                            'fastai_gpu_tabular.tabular._srl': ('tabular.html#_srl', 'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular._state': ('tabular.html#_state', 'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular._width': ('tabular.html#_width', 'fastai_gpu_tabular/tabular.py'),
                                             'fastai_gpu_tabular.tabular._writer_gone': ( 'tabular.html#_writer_gone',

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
-import json, os, shutil, socket, uuid, warnings
+import json, math, os, shutil, socket, uuid, warnings
 from concurrent.futures import ThreadPoolExecutor
 import torch
 from contextlib import contextmanager
@@ -105,14 +105,15 @@ def random_splits(n:int, valid_pct:float=0.2, seed:int=42, like:pd.DataFrame|Non
 
 # %% ../nbs/02_tabular.ipynb #9c9279ef
 def _i64(u:int)->int: return u - 2**64 if u >= 2**63 else u  # a uint64 constant's bits as an int64
-def _srl(x, k:int): return (x >> k) & ((1 << 64-k) - 1)  # a logical right shift of an int64 tensor (torch's `>>` keeps the sign)
 
-def _mix64(x):
+def _mix64(x, inplace:bool=False):
     """splitmix64's finaliser on the bits of int64 tensor `x` read as uint64 (products wrap alike): numpy's uint64 bits, through
-    torch's kernels on any device (cupy's would be compiled on a machine's first run)"""
-    x = x ^ _srl(x, 30); x = x * _i64(0xbf58476d1ce4e5b9)
-    x = x ^ _srl(x, 27); x = x * _i64(0x94d049bb133111eb)
-    return x ^ _srl(x, 31)
+    torch's kernels on any device (cupy's would be compiled on a machine's first run); in `x` itself if `inplace`, one temporary"""
+    x = x if inplace else x.clone(); t = torch.empty_like(x)
+    for k,m in ((30,_i64(0xbf58476d1ce4e5b9)), (27,_i64(0x94d049bb133111eb)), (31,None)):
+        torch.bitwise_right_shift(x, k, out=t); x.bitwise_xor_(t.bitwise_and_((1 << 64-k) - 1))  # x ^= x >> k, logical
+        if m: x.mul_(m)
+    return x
 
 class RandomRowSplit:
     "fastai-style splitter: a row is in validation when a seeded hash of its position falls below `valid_pct`"
@@ -120,8 +121,9 @@ class RandomRowSplit:
     def valid_mask(self, start:int, n:int, xp=np):
         "Validation flags of the rows at positions `start` to `start+n` (a numpy or cupy bool array, by `xp`)"
         dev = 'cpu' if xp is np else torch.device('cuda', xp.cuda.Device().id)
-        pos = torch.arange(start, start+n, dtype=torch.int64, device=dev) + _i64((self.seed*0x9e3779b97f4a7c15) % 2**64)
-        return tensor_array(_srl(_mix64(pos), 11).double() * 2.0**-53 < self.valid_pct)
+        pos = torch.arange(start, start+n, dtype=torch.int64, device=dev).add_(_i64((self.seed*0x9e3779b97f4a7c15) % 2**64))
+        h = _mix64(pos, inplace=True).bitwise_right_shift_(11).bitwise_and_((1 << 53) - 1)  # the top 53 bits: a float64's mantissa
+        return tensor_array(h < math.ceil(self.valid_pct * 2**53))  # h * 2**-53 < valid_pct, exactly, in integers
     def __call__(self, items):
         "(train, valid) positions of `items` (a frame, or anything with a length), as fastai's splitters give them"
         v = self.valid_mask(0, len(items))

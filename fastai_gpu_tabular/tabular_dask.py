@@ -645,7 +645,7 @@ def _write_pass(part, prep:tuple|None, procs:list, names:dict, pass_names:list, 
 
 def _shuffle_key(part, seed:int):
     pos = col_tensor(part[_POS]) + _i64((seed*0x2545f4914f6cdd1d) % 2**64)
-    return part.assign(_key=tensor_array(_mix64(pos)))
+    return part.assign(_key=tensor_array(_mix64(pos, inplace=True)))
 
 @patch
 def to_parquet(self:TabularDask,
