@@ -27,6 +27,9 @@ p.add_argument('--decode', default='auto', choices=['auto', 'host', 'path'],
 p.add_argument('--stacks', type=float, default=0, metavar='MS',
                help="with --timeline: every thread's Python stack each MS ms; for the 4 longest gaps after batch 0, what each thread was "
                     "in (`stacks<r>_of<w>.txt`), and the longest pause of the sampler (a thread holding the GIL)")
+p.add_argument('--reads', action='store_true',
+               help="with --timeline: what each window's read held on this rank (`reads<r>_of<w>.json`): the part files' bytes read on the "
+                    "host, the conversion to tensors (`_chunk`), the rest (cuDF's decode and the concatenation), summed over its windows")
 p.add_argument('--first-batch', type=int, default=0, metavar='N',
                help="with --timeline: cProfile the first N training batches' steps (main thread), `first<r>_of<w>.txt` in `--log`")
 p.add_argument('--cprofile', nargs='*', default=[], metavar='CALLBACK.EVENT',
@@ -134,6 +137,7 @@ class Timeline(Callback):
                    biggest_ms={int(i): round(float(d[i]), 1) for i in sorted(np.argsort(d)[-8:])},  # batch: its wait
                    capture_s=next((c.capture_s for c in self.learn.cbs if hasattr(c, 'capture_s')), None))  # `CudaGraph`'s captures
         if a.stacks: self.stack_report(t, d)
+        if a.reads: reads_report()
         if (reads := getattr(self.dls.train, 'reads', None)) is not None:  # the streaming loader's windows: (window, read s, waited s)
             res.update(windows=len(reads), read_s=sum(r[1] for r in reads), waited_s=sum(r[2] for r in reads),
                        read_ms={k: round(r * 1e3) for k, r, _ in reads}, waited_ms={k: round(w * 1e3, 1) for k, _, w in reads if w > 0.005})
@@ -154,6 +158,30 @@ import fastai_gpu_tabular.stream as S
 S.CUDF_FROM_HOST = dict(auto=None, host=True, path=False)[a.decode]
 if a.reader:
     default(S.ParquetDataLoader, 'reader', a.reader)
+READS = defaultdict(list)  # part of a window's read -> [(thread, host start, host end, bytes)]
+def timed(owner, name, part, nbytes=lambda res: 0):
+    "`owner.name` wrapped: each call's host interval (and bytes) under `part` in `READS`"
+    import threading
+    f = getattr(owner, name)
+    def wrapped(*args, **kw):
+        t0 = time.perf_counter(); res = f(*args, **kw)
+        READS[part].append((threading.current_thread().name, t0, time.perf_counter(), nbytes(res))); return res
+    setattr(owner, name, wrapped)
+if a.reads:
+    timed(S.ProcessedSplit, 'read', 'window')
+    timed(S.ProcessedSplit, '_file_bytes', 'file_bytes', lambda rs: sum(b - a_ for a_, b in rs))
+    timed(S, '_chunk', 'chunk')
+def reads_report():
+    "Each part's calls, seconds summed and a call's median ms, GB/s of the bytes read: where a window's read goes"
+    import numpy as np
+    r, w = rank_world(); res = dict(rank=r, world=w)
+    for part, xs in READS.items():
+        d = np.array([t1 - t0 for _, t0, t1, _ in xs]); b = sum(x[3] for x in xs)
+        res[part] = dict(calls=len(xs), s=round(float(d.sum()), 3), median_ms=round(float(np.median(d)) * 1e3, 1),
+                         threads=len({x[0] for x in xs}), **(dict(gb=round(b / 1e9, 3), gb_s=round(b / 1e9 / d.sum(), 2)) if b else {}))
+    if 'window' in res: res['decode_rest_s'] = round(res['window']['s'] - sum(res.get(k, {}).get('s', 0) for k in ('file_bytes', 'chunk')), 3)
+    log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'reads{r}_of{w}.json').write_text(json.dumps(res))
+    print(f"rank {r} of {w}, the windows' reads: {json.dumps({k: v for k, v in res.items() if k not in ('rank', 'world')})}", flush=True)
 
 for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
 
