@@ -11,7 +11,7 @@ by a process of their own (the bench holds no GPU memory beside the runs):
 Each layout runs `--rounds` fresh processes in a row (`python -m fastai_gpu_tabular.cli --dask --data <folder> ...
 --freq-threshold 15`, which is `fgt-prep`; `--entry data`: `python -m fastai_gpu_tabular.data`, which starts its cluster after its
 imports): round 1 is a first run (the files are in the OS's page cache, the process has nothing), later rounds say what a warm run
-would add. Reported: processing seconds (what fgt-prep prints: from after its imports, its wait for the cluster included,
+would add; a round 1 just after this bench wrote its inputs took ~3 s more than later ones (one H200, session 46; cause not found). Reported: processing seconds (what fgt-prep prints: from after its imports, its wait for the cluster included,
 `cluster_s`), its rows/s, the process's wall (the user's figure), wall over processing, and the wall's other parts: `before_s` (the
 imports before fgt-prep's clock) and `exit_s` (from its last figure to the process's end); on a GPU `peak_gpu_gb` (the device's memory
 in use at most, `nvidia-smi` every 200 ms) and `gpu_busy_pct` (its mean utilization while processing). Say which run of its machine a

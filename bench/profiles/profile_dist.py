@@ -32,6 +32,7 @@ p.add_argument('--reads', action='store_true',
                     "host, the conversion to tensors (`_chunk`), the rest (cuDF's decode and the concatenation), summed over its windows")
 p.add_argument('--first-batch', type=int, default=0, metavar='N',
                help="with --timeline: cProfile the first N training batches' steps (main thread), `first<r>_of<w>.txt` in `--log`")
+p.add_argument('--first-sort', default='cumulative', help="with --first-batch: pstats' order ('tottime': the host's own time a function)")
 p.add_argument('--cprofile', nargs='*', default=[], metavar='CALLBACK.EVENT',
                help="cProfile these callbacks' calls at the fit's events (e.g. DistributedTrainer.before_fit): `<name>_<r>_of<w>.txt` in `--log`")
 a, rest = p.parse_known_args()
@@ -123,7 +124,7 @@ class Timeline(Callback):
         "The first batches' steps by cumulative time: where a fit's first calls go (Triton, cuBLAS, NCCL, imports)"
         import io, pstats
         self.cp.disable(); s = io.StringIO(); r, w = rank_world()
-        pstats.Stats(self.cp, stream=s).sort_stats('cumulative').print_stats(45)
+        pstats.Stats(self.cp, stream=s).sort_stats(a.first_sort).print_stats(70 if a.first_sort == 'tottime' else 45)
         head = f"rank {r} of {w}: first {a.first_batch} batches' steps {(self.t[-1] - self.t[1]) * 1e3:.1f} ms\n"
         log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'first{r}_of{w}.txt').write_text(head + s.getvalue())
         print(head, flush=True)
