@@ -1,7 +1,8 @@
 """`fgt-train` on 1, 2, 4 ... GPUs of one machine, as a user launches it: one epoch from a processed folder each, the training
 rows/s of all GPUs together against one GPU's in the same round, the wall time of each launch, its phases and AUC. In round 1
 each launch compiles Triton's kernels as a first run on a machine does (an empty `TRITON_CACHE_DIR` of its own; the folder's
-pages stay in the OS cache after the first); `--rounds 2` adds a warm round.
+pages stay in the OS cache after the first); `--rounds 2` adds a warm round, and with more the warm rounds are summed up per count:
+the median of its launches' rates against the first count's median (one GPU's epoch moves by up to 30% between launches).
 
     python bench/bench_gpus.py --data <processed folder> --gpus 1 2 4 -- --bs 65536
 
@@ -44,5 +45,21 @@ for r in rows:
     one = next(o['train_rows_s'] for o in rows if o['round'] == r['round'])  # the round's first count
     r.update(vs_first=r['train_rows_s']/one, wall_over_train=r['wall_s']/r['train_s'])
 for r in rows: r.update({k: round(v, 3) for k, v in r.items() if isinstance(v, float)})
+
+def warm_summary(rows):
+    "Each count's warm rounds (2 on): the median of its launches' rates, their range, the median over the first count's median"
+    import statistics
+    warm = [r for r in rows if r['round'] > 1]
+    med = {n: statistics.median(r['train_rows_s'] for r in warm if r['gpus'] == n) for n in dict.fromkeys(r['gpus'] for r in warm)}
+    return [dict(gpus=n, launches=sum(r['gpus'] == n for r in warm), median_rows_s=round(m), vs_first=round(m/next(iter(med.values())), 3),
+                 lo_rows_s=min(r['train_rows_s'] for r in warm if r['gpus'] == n), hi_rows_s=max(r['train_rows_s'] for r in warm if r['gpus'] == n))
+            for n,m in med.items()]
+
+summary = warm_summary(rows)
 report(a.name, rows, ['round', 'gpus', 'train_rows_s', 'vs_first', 'train_s', 'wall_s', 'wall_over_train', 'auc', 'cuda_graph', 'capture_s'],
-       dict(bench='gpus', data=a.data, args=rest, launcher=a.launcher))
+       dict(bench='gpus', data=a.data, args=rest, launcher=a.launcher, warm_summary=summary))
+if summary:  # one GPU's epoch moves by up to 30% between launches (bench/NOTES.md, session 46): a ratio wants several of each
+    print('\nwarm rounds, each count\'s launches:')
+    cols = ['gpus', 'launches', 'median_rows_s', 'vs_first', 'lo_rows_s', 'hi_rows_s']
+    print('  '.join(cols))
+    for r in summary: print('  '.join(str(r[c]).ljust(len(c)) for c in cols))
