@@ -1035,8 +1035,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                     'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._stats': ( 'tabular_dask.html#_stats',
                                                                                              'fastai_gpu_tabular/tabular_dask.py'),
-                                                 'fastai_gpu_tabular.tabular_dask._t': ( 'tabular_dask.html#_t',
-                                                                                         'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._timed': ( 'tabular_dask.html#_timed',
                                                                                              'fastai_gpu_tabular/tabular_dask.py'),
                                                  'fastai_gpu_tabular.tabular_dask._to_host': ( 'tabular_dask.html#_to_host',

@@ -263,9 +263,10 @@ def device_tensor(a):
     return torch.from_dlpack(a.values if is_cudf(a) else a)
 
 def array_tensor(a):
-    "numpy or cupy array `a` as a torch tensor on its device, sharing its memory"
+    "numpy or cupy array `a` (a torch tensor as it is) as a torch tensor on its device, sharing its memory"
     import torch
-    return torch.from_numpy(a) if isinstance(a, np.ndarray) else device_tensor(a)
+    if isinstance(a, torch.Tensor): return a
+    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else device_tensor(a)
 
 def fill_nulls(s, v):
     """`s` with its missing values replaced by number `v`; a cuDF float column's through libcudf's `replace_nulls`, without the
@@ -408,7 +409,8 @@ def _is_str(s):
     return pd.api.types.infer_dtype(s, skipna=True) in ('string', 'empty')
 
 def _exploded(s, sep:str):
-    "The elements of multi-hot `s` (lists, or strings split on `sep`), each indexed by its row's position (an empty row: one missing)"
+    """(elements, rows): the elements of multi-hot `s` (lists, or strings split on `sep`) as one series, row after row (an empty
+    row: one missing), and each one's row position (numpy or cupy)"""
     if _is_str(s):
         v = s.iloc[:1000].dropna()  # lists turned into their text ("['a', 'b']") by `dd.from_pandas` or a CSV: refused, not split
         if len(v) and bool((v.str.startswith('[') & v.str.endswith(']')).all()):
@@ -416,15 +418,17 @@ def _exploded(s, sep:str):
                              f"writes list columns so (set dask's 'dataframe.convert-string' to False first), as does a CSV; give "
                              f"lists, or strings joined by {sep!r}")
         s = s.str.split(sep)
-    return s.reset_index(drop=True).explode()
+    e = s.reset_index(drop=True).explode()
+    rows = e.index.values if is_cudf(e) else e.index.to_numpy(dtype=np.int64)
+    e = e.reset_index(drop=True)
+    return (e.where(e != '') if _is_str(e) else e),rows
 
 def explode_elements(s, sep:str='|'):
     "The elements of multi-hot `s` (lists, or strings split on `sep`) as one series, row after row (an empty row: one missing)"
-    e = _exploded(s, sep).reset_index(drop=True)
-    return e.where(e != '') if _is_str(e) else e
+    return _exploded(s, sep)[0]
 
 def cum_offsets(lens):
-    "Offsets `[0, lens[0], lens[0]+lens[1], ...]` (int64) of row lengths `lens` (numpy or cupy), on their device"
+    "Offsets `[0, lens[0], lens[0]+lens[1], ...]` (int64, numpy or cupy) of row lengths `lens` (an array or tensor), on their device"
     import torch
     t = array_tensor(lens).long()
     res = t.new_zeros(len(t)+1)
@@ -434,11 +438,8 @@ def cum_offsets(lens):
 def explode_rows(s, sep:str='|'):
     "Flatten multi-hot `s` (lists, or strings split on `sep`) to (elements, offsets): row `i` is `elements[offsets[i]:offsets[i+1]]`"
     import torch
-    e = _exploded(s, sep)
-    rows = e.index.values if is_cudf(e) else e.index.to_numpy(dtype=np.int64)
-    lens = tensor_array(torch.bincount(array_tensor(rows).long(), minlength=len(s)))
-    e = e.reset_index(drop=True)
-    return (e.where(e != '') if _is_str(e) else e), cum_offsets(lens)
+    e,rows = _exploded(s, sep)
+    return e,cum_offsets(torch.bincount(array_tensor(rows).long(), minlength=len(s)))
 
 # %% ../nbs/00_backend.ipynb #8995d1b7
 def list_column(values, offsets, like):

@@ -150,12 +150,6 @@ _BITS = 12  # bits of the key that a narrowing pass resolves: 4,096 bins
 _TRASH = 1024  # bins past the end for the keys a pass leaves out (missing, outside the prefix)
 _KMAX,_KMIN = (1 << 63) - 1,-(1 << 63)
 
-def _t(a):
-    "numpy or cupy array `a` as a torch tensor on its device, sharing its memory (torch's kernels are compiled ahead of time)"
-    import torch
-    if isinstance(a, torch.Tensor): return a
-    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else device_tensor(a)
-
 def float_keys(v):
     "Order-preserving int64 keys of float64 values `v` (numpy array or torch tensor): in the values' order, -0.0 below 0.0"
     i = v.view(np.int64) if isinstance(v, np.ndarray) else v.view(importlib.import_module('torch').int64)
@@ -185,7 +179,7 @@ def _bins_t(k, shift:int, prefix:int, ok=None):
     """(count, min key, max key) of each bin of the next `_BITS` bits of keys `k` (where `ok`) under `prefix`: a (3, bins) tensor on
     `k`'s device, by scatters (no sort, no compaction, no host sync: the keys left out go to a bin past the end, then dropped)"""
     import torch
-    k,nb = _t(k),min(_BITS, shift)
+    k,nb = array_tensor(k),min(_BITS, shift)
     b = (k >> (shift-nb)) - _offset(shift, prefix)
     if (keep := _in(k, shift, prefix, ok)) is not None:  # spread over _TRASH bins by position: one bin's atomics serialize
         b = torch.where(keep, b, (1 << nb) + (torch.arange(len(k), device=k.device) & (_TRASH-1)))
@@ -327,8 +321,8 @@ def _add_counts(*vcs):
     if not all(isinstance(v, tuple) for v in vcs):  # strings, or dtypes that differ between partitions (reported later)
         ss = [_as_series(v) for v in vcs]
         return df_lib(ss[0]).concat(ss).groupby(level=0, sort=False).sum()
-    u,inv = torch.unique(torch.cat([_t(v[0]) for v in vcs]), sorted=True, return_inverse=True)
-    n = torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([_t(v[1]) for v in vcs]))
+    u,inv = torch.unique(torch.cat([array_tensor(v[0]) for v in vcs]), sorted=True, return_inverse=True)
+    n = torch.zeros(len(u), dtype=torch.int64, device=u.device).index_add_(0, inv, torch.cat([array_tensor(v[1]) for v in vcs]))
     return tensor_array(u),tensor_array(n)
 
 def _counts_series(vc)->pd.Series:
