@@ -4,7 +4,8 @@
 
 # %% ../nbs/00_backend.ipynb #4ebb0043
 from __future__ import annotations
-import functools, glob, importlib, warnings
+import errno, functools, glob, importlib, json, os, uuid, warnings
+from contextlib import contextmanager
 from pathlib import Path
 import numpy as np, pandas as pd
 from fastcore.basics import *
@@ -13,12 +14,12 @@ from fastcore.foundation import L
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
            'parquet_schema', 'ints_exact', 'schema_casts', 'read_parquet_exact', 'read_frame', 'write_parquet',
-           'nans_to_nulls', 'cast', 'new_frame', 'host_list', 'as_index_array', 'take_rows', 'concat_positions',
-           'standardized', 'standardize', 'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor',
-           'array_tensor', 'fill_nulls', 'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints',
-           'set_columns', 'value_key', 'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode',
-           'explode_elements', 'cum_offsets', 'explode_rows', 'list_column', 'is_list_column', 'list_total',
-           'list_values_offsets']
+           'no_space', 'replacing', 'write_json', 'read_json', 'nans_to_nulls', 'cast', 'new_frame', 'host_list',
+           'as_index_array', 'take_rows', 'concat_positions', 'standardized', 'standardize', 'shrink_types',
+           'float32_exact', 'exact_types', 'shrink', 'device_tensor', 'array_tensor', 'fill_nulls', 'nan_tensor',
+           'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns', 'value_key', 'sorted_uniques',
+           'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_elements', 'cum_offsets', 'explode_rows',
+           'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -159,6 +160,43 @@ def write_parquet(df, path, row_group_rows:int=131_072):
     if is_cudf(df): return df.to_parquet(path, index=False, row_group_size_rows=row_group_rows)
     import pyarrow as pa, pyarrow.parquet as pq
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=row_group_rows)
+
+# %% ../nbs/00_backend.ipynb #2ca29e22
+def no_space(e:BaseException)->bool:
+    "Whether `e` is a full disk's error: an `OSError` ENOSPC, or a library's that says so (safetensors: 'os error 28')"
+    return getattr(e, 'errno', None) == errno.ENOSPC or 'No space left on device' in str(e) or 'os error 28' in str(e)
+
+def _fsync(p:Path):
+    "Flush file or folder `p` to disk (a folder: the names in it; where the OS cannot, nothing)"
+    try: fd = os.open(p, os.O_RDONLY)
+    except OSError: return
+    try: os.fsync(fd)
+    except OSError: pass
+    finally: os.close(fd)
+
+@contextmanager
+def replacing(path):
+    """A temporary file beside `path` for the `with` block to write; then flushed to disk and put in `path`'s place at once: `path` is
+    whole, the earlier file or the new one, however the block ends. A full disk raises an `OSError` ENOSPC naming `path`"""
+    path = Path(path); tmp = path.with_name(f'.{path.name}.{uuid.uuid4().hex[:8]}.tmp')
+    try:
+        yield tmp
+        _fsync(tmp); os.replace(tmp, path); _fsync(path.parent)
+    except Exception as e:
+        if not no_space(e): raise
+        raise OSError(errno.ENOSPC, f"no space left on device writing {path}" + (" (the earlier file is kept)" if path.exists() else "")
+                      + ": free space there, or write elsewhere") from None
+    finally: tmp.unlink(missing_ok=True)
+
+def write_json(path, obj, indent:int|None=1):
+    "JSON of `obj` to file `path`, whole or not at all (`replacing`)"
+    with replacing(path) as tmp: tmp.write_text(json.dumps(obj, indent=indent))
+
+def read_json(path, fix:str='write it again'):
+    "The JSON in file `path`; a file cut short or damaged raises a `ValueError` naming it, and `fix`"
+    try: return json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not readable JSON ({type(e).__name__}: {e}); it may have been cut short: {fix}") from None
 
 # %% ../nbs/00_backend.ipynb #c9f4a1bf
 def nans_to_nulls(df):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #8b85801b
 from __future__ import annotations
-import importlib, json, time
+import importlib, json, re, time
 from contextlib import ExitStack
 from pathlib import Path
 import numpy as np, pandas as pd
@@ -14,12 +14,11 @@ from .backend import *
 from .procs import *
 from .tabular import *
 from fastprogress.fastprogress import progress_bar
-from fastai.tabular.core import cont_cat_split as _cont_cat_split
 
 # %% auto #0
-__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'GPU_BLOCKSIZE', 'LIMIT_BLOCKS',
-           'CPU_BLOCKSIZE', 'synth_movielens', 'synth_criteo', 'movielens_sample', 'movielens_tabular', 'synth_tabular',
-           'read_data', 'parse_sizes', 'categorify', 'read_dask', 'main']
+__all__ = ['GENRES', 'CRITEO_CARDS', 'CRITEO_SCHEMA', 'BENCH_SCHEMA', 'BENCH_MH', 'ML_SCHEMA', 'TIME_NAME', 'GPU_BLOCKSIZE',
+           'LIMIT_BLOCKS', 'CPU_BLOCKSIZE', 'synth_movielens', 'synth_criteo', 'movielens_sample', 'movielens_tabular',
+           'synth_tabular', 'infer_names', 'say_names', 'read_data', 'parse_sizes', 'categorify', 'read_dask', 'main']
 
 # %% ../nbs/03_data.ipynb #f16d007e
 GENRES = ['Action','Adventure','Animation','Children','Comedy','Crime','Documentary','Drama','Fantasy','Film-Noir',
@@ -164,6 +163,36 @@ def synth_tabular(df:pd.DataFrame|None=None, # `synth_movielens` rows (default: 
     return TabularGPU(df, procs=list(procs), splits=splits, y_block=CategoryBlock(), mh_names=BENCH_MH if mh else (),
                       **BENCH_SCHEMA, **kwargs)
 
+# %% ../nbs/03_data.ipynb #00867b1b
+TIME_NAME = re.compile(r'time|date|(^|_)ts$|epoch', re.I)  # integer columns named so are continuous (seconds, days), not ids
+
+def infer_names(df, y_names, skip=(), sample:int=1_000)->dict:
+    """fastai's `cat_names`, `cont_names` and `mh_names` for the columns of `df` (pandas, cuDF or dask) other than `y_names` and
+    `skip`: integers (ids), booleans and strings categorical, floats continuous, lists multi-hot, integers named like a time
+    (`TIME_NAME`) continuous; the rest (dates) in `left_out`. By the columns' types: `sample` rows are read only for Python objects"""
+    meta,res = getattr(df, '_meta', df),dict(cat_names=[], cont_names=[], mh_names=[], left_out=[])
+    ys,skip = set(L(y_names)),set(L(skip))
+    head = None
+    for n,dt in meta.dtypes.items():
+        if n in ys or n in skip: continue
+        if pd.api.types.is_bool_dtype(dt): k = 'cat_names'
+        elif pd.api.types.is_integer_dtype(dt): k = 'cont_names' if TIME_NAME.search(str(n)) else 'cat_names'
+        elif pd.api.types.is_float_dtype(dt): k = 'cont_names'
+        elif str(dt).startswith('list'): k = 'mh_names'
+        elif dt == object or pd.api.types.is_string_dtype(dt) or isinstance(dt, pd.CategoricalDtype):
+            if dt == object and head is None: head = df.head(sample)
+            k = 'mh_names' if dt == object and is_list_column(head[n]) else 'cat_names'
+        else: k = 'left_out'
+        res[k].append(n)
+    return res
+
+def say_names(cols:dict, flag:str='--{}', most:int=8):
+    "Print in one line the columns `infer_names` chose, and the flags (`flag` of the name's key) that choose others"
+    show = lambda ns: ','.join(ns[:most]) + (f' and {len(ns)-most} more' if len(ns) > most else '')
+    kinds = dict(cat_names='categorical', cont_names='continuous', mh_names='multi-hot', left_out='left out (not numbers or text)')
+    print('columns by their types:', '; '.join(f"{kinds[k]} {show(v)}" for k,v in cols.items() if v and k in kinds) + '; choose '
+          'others with ' + ', '.join(flag.format(k.replace('_', '-')) for k in ('cat_names', 'cont_names', 'mh_names')))
+
 # %% ../nbs/03_data.ipynb #2e73e81b
 def _names(s): return [o for o in s.split(',') if o] if isinstance(s, str) else list(ifnone(s, []))
 
@@ -172,9 +201,10 @@ def read_data(
     rows:int=1_000_000, # Rows of 'synth' and 'synth-criteo'
     gpu:bool=False, # Read into cuDF
     seed:int=42, # Seed of 'synth' and 'synth-criteo'
+    pass_names=None, # Columns written unprocessed (`fgt-prep --pass-names`): never features
     **names # cat_names, cont_names, mh_names, y_names: comma-separated strings or lists, for a file (or to override)
 )->tuple:
-    "(frame, column names) of `data`; a file with only `y_names`: fastai's `cont_cat_split` (20 values at most: categorical)"
+    "(frame, column names) of `data`; a file with only `y_names`: the others split by `infer_names` (said in one line)"
     if data=='synth': df,cols = synth_movielens(rows, seed=seed, gpu=gpu),dict(BENCH_SCHEMA, mh_names=BENCH_MH)
     elif data=='synth-criteo': df,cols = synth_criteo(rows, seed=seed, gpu=gpu),dict(CRITEO_SCHEMA)
     elif data=='movielens': df,cols = movielens_sample(gpu),dict(ML_SCHEMA)
@@ -187,12 +217,20 @@ def read_data(
     cols.update({k: _names(v) for k,v in names.items() if v})
     cols = {k: _names(cols.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
-    if not (cols['cat_names'] or cols['cont_names'] or cols['mh_names']):  # only the target named: fastai's split of the others
-        conts,cats = _cont_cat_split(to_pandas(df.head(100_000)), max_card=20, dep_var=cols['y_names'][0])
-        cols.update(cat_names=[c for c in cats if c not in cols['y_names']], cont_names=[c for c in conts if c not in cols['y_names']])
-    missing = [c for v in cols.values() for c in v if c not in df.columns]
-    if missing: raise ValueError(f"columns {missing} are not in {data!r}; it has {list(df.columns)}")
-    return df,cols
+    return df,_feature_names(df, cols, data, _names(pass_names))
+
+def _feature_names(df, cols:dict, data, skip=())->dict:
+    """`cols` checked against the columns of `df` (pandas, cuDF or dask); with only the target named, the others (but `skip`) by
+    `infer_names`"""
+    if missing := [c for v in cols.values() for c in v if c not in df.columns]:
+        raise ValueError(f"columns {missing} are not in {data!r}; it has {list(df.columns)}")
+    if not (cols['cat_names'] or cols['cont_names'] or cols['mh_names']):  # only the target named: the others by their types
+        found = infer_names(df, cols['y_names'], skip=skip)
+        say_names(found); cols.update({k: v for k,v in found.items() if k != 'left_out'})
+    if not (cols['cat_names'] or cols['cont_names'] or cols['mh_names']): raise ValueError(
+        f"`data` {data!r} has no feature column besides the target {cols['y_names']}: name them with `--cat-names`, `--cont-names` "
+        "or `--mh-names`")
+    return cols
 
 # %% ../nbs/03_data.ipynb #c8d52e31
 def parse_sizes(spec:str|None, names:list, arg:str='emb_dim', what:str='width')->dict:
@@ -306,6 +344,7 @@ def read_dask(
     data:str, # 'synth', 'synth-criteo', 'movielens', or .parquet / .csv files: a file, a folder of parquet files, or a glob
     gpu:bool=False, # dask_cudf partitions (else dask.dataframe over pandas)
     rows:int=1_000_000, seed:int=42, # Of 'synth' and 'synth-criteo'
+    pass_names=None, # Columns written unprocessed (`fgt-prep --pass-names`): never features
     blocksize:str|int|None=None, # Files in partitions of about this many bytes, e.g. '1GB' (dask's); default: row groups merged
                                  # up to `CPU_BLOCKSIZE` on the CPU (a larger one alone); on the GPU 1/64 of its memory, at most
                                  # 1/8 of a worker's device_memory_limit, smaller where that gives each worker thread an even
@@ -320,7 +359,7 @@ def read_dask(
         try: blocksize = parse_bytes(blocksize)
         except (ValueError, TypeError): raise ValueError(f"`blocksize`: {blocksize!r} is not a size, such as 1000000000 or '1GB'") from None
     if data in ('synth', 'synth-criteo', 'movielens'):
-        df,cols = read_data(data, rows, gpu, seed, **names)
+        df,cols = read_data(data, rows, gpu, seed, pass_names, **names)
         return lib.from_pandas(df, npartitions=8, sort=False) if not gpu else lib.from_cudf(df, npartitions=8, sort=False), cols
     if str(data).endswith('.csv'): ddf = lib.read_csv(data, **({} if blocksize is None else dict(blocksize=blocksize)))
     else:  # the files `read_frame` reads, checked alike; integer ids with nulls exact; one type a column
@@ -332,9 +371,7 @@ def read_dask(
         if casts := schema_casts(sch, dict(ddf.dtypes)): ddf = ddf.astype(casts)
     cols = {k: _names(names.get(k)) for k in ('cat_names','cont_names','mh_names','y_names')}
     if not cols['y_names']: raise ValueError("`y_names`: name the target column")
-    if missing := [c for v in cols.values() for c in v if c not in ddf.columns]:
-        raise ValueError(f"columns {missing} are not in {data!r}; it has {list(ddf.columns)}")
-    return ddf,cols
+    return ddf,_feature_names(ddf, cols, data, _names(pass_names))
 
 @call_parse
 def main(
@@ -360,6 +397,7 @@ def main(
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
+    if rows < 1: raise ValueError(f"`rows` must be a positive number of rows, not {rows}")
     for k,v,d in (('split-out', split_out, 1), ('split-every', split_every, 8), ('blocksize', blocksize, None)):
         if v != d and not dask: raise ValueError(f"`--{k}` is an option of `--dask`'s partitions and merges: add `--dask`")
     gpu,t0 = gpu_available() and not cpu,time.perf_counter()
@@ -372,11 +410,12 @@ def main(
             from .tabular_dask import TabularDask
             from .cluster import dask_scheduler
             tc = time.perf_counter(); client = stack.enter_context(dask_scheduler(gpu)); tc = time.perf_counter() - tc
-            ddf,cols = read_dask(data, gpu, rows, seed, blocksize=blocksize, **names)
+            ddf,cols = read_dask(data, gpu, rows, seed, pass_names=pass_names, blocksize=blocksize, **names)
             to = TabularDask(ddf, procs=procs(cols), split_out=split_out, split_every=split_every, **kw, **cols)
         else:
-            df,cols = read_data(data, rows, gpu, seed, **names)
+            df,cols = read_data(data, rows, gpu, seed, pass_names, **names)
             to = TabularGPU(df, procs=procs(cols), **kw, **cols)
+        to.names_by_types = not any(names[k] for k in ('cat_names', 'cont_names', 'mh_names'))  # dataset.json: `infer_names` chose
         to.to_parquet(out, pass_names=_names(pass_names), overwrite=overwrite)
     info = json.loads((Path(out)/'dataset.json').read_text())
     where = '' if not dask else f" ({tc:.2f}s of it waiting for the dask cluster)" if client else " (dask in this process: one GPU)"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_distributed.ipynb #91bd22e6
 from __future__ import annotations
-import random, time, uuid
+import pickle, random, time, uuid
 from fastai.basics import *
 from fastai.distributed import *
 from fastai.distributed import DistributedTrainer
@@ -12,6 +12,7 @@ from fastai.learner import SkipToEpoch
 from dataclasses import dataclass
 from torch.nn.parallel import DistributedDataParallel
 from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHookType
+from .backend import replacing
 from .comm import rank_world, distributed, dist_device, gather_rows, all_gather_cat, broadcast_object, mean_over_ranks
 from .loader import BatchDataLoader
 from .recorder import allowed_sync
@@ -20,7 +21,7 @@ from .optimizer import SparseEmbedOpt, SPARSE_RULES
 
 # %% auto #0
 __all__ = ['ddp_kwargs', 'embedding_tables', 'expected_rows', 'sparse_tables', 'SparseEmbeddingGrads', 'ShardTables',
-           'load_checkpoint', 'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
+           'load_checkpoint', 'save_checkpoint', 'Checkpoint', 'StopAfter', 'use_rank_gpu', 'setup_distrib']
 
 # %% ../nbs/07_distributed.ipynb #72c28013
 @patch
@@ -286,10 +287,41 @@ def detach_distributed(self:Learner):
 
 # %% ../nbs/07_distributed.ipynb #3b9d4522
 def load_checkpoint(fn, device='cpu')->dict:
-    "The state `Checkpoint` saved in `fn`, onto `device`; an error naming `fn` where it cannot be read (a write cut short)"
-    try: return torch.load(fn, map_location=device, weights_only=False)
+    """The state `Checkpoint` saved in `fn`, onto `device`: tensors and plain data only (`weights_only`), so a planted file cannot run
+    code; one that needs more (pickled objects), or cannot be read (a write cut short), is refused, naming `fn`"""
+    try: return torch.load(fn, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as e: raise ValueError(
+        f"{fn}: not a checkpoint of tensors and plain data: it holds pickled Python objects ({str(e).splitlines()[0][:200]}), which "
+        "could run code when loaded, so it is refused. Checkpoints of this release hold none; one written by an earlier release, or by "
+        "someone else, cannot be resumed: train again without `resume` (or into another `--out`)") from None
     except Exception as e: raise ValueError(f"{fn}: not a readable checkpoint ({type(e).__name__}: {e}); it may be truncated: resume from "
                                             "a copy of it, or train again without `resume`") from None
+
+def _plain(o):
+    "`o` as tensors and plain data, which `torch.load(weights_only=True)` reads: fastcore's `L` as a list, numpy arrays as tensors"
+    if isinstance(o, dict): return {k: _plain(v) for k,v in o.items()}
+    if isinstance(o, (list, L)): return [_plain(v) for v in o]
+    if isinstance(o, tuple): return tuple(_plain(v) for v in o)
+    if isinstance(o, np.ndarray): return torch.from_numpy(o)
+    if isinstance(o, np.generic): return o.item()
+    return o
+
+class _KeepError:
+    "A file whose write errors are kept: torch's writer reports them only as 'unexpected pos'"
+    def __init__(self, f): self.f,self.error = f,None
+    def write(self, b):
+        try: return self.f.write(b)
+        except OSError as e: self.error = e; raise
+    def flush(self): return self.f.flush()
+
+def save_checkpoint(st:dict, fn):
+    "State `st` to file `fn` as tensors and plain data (`_plain`), whole or not at all (`replacing`): what `load_checkpoint` reads"
+    with replacing(fn) as tmp, open(tmp, 'wb') as f:
+        w = _KeepError(f)
+        try: torch.save(_plain(st), w)
+        except RuntimeError:
+            if w.error is not None: raise w.error from None  # a full disk, named by `replacing`
+            raise
 
 class Checkpoint(Callback):
     "Save weights, optimizer, scaler, schedule and loader position every `every` training batches and after each epoch; resume them"
@@ -307,7 +339,7 @@ class Checkpoint(Callback):
         st = load_checkpoint(self.resume, p.device)
         if 'model' in st: get_model(self.model).load_state_dict(st['model'])  # a checkpoint of before the weights had their own file
         else: load_weights(self.model, Path(self.resume).parent/st['weights'])
-        try: self.opt.load_state_dict(st['opt'])
+        try: self.opt.load_state_dict(dict(st['opt'], hypers=L(st['opt']['hypers'])))
         except (ValueError, KeyError, RuntimeError) as e: raise ValueError(
             f"{self.resume}: its optimizer state does not fit this optimizer ({e}): resume with the optimizer that wrote it") from None
         scaler = getattr(self.learn, 'scaler', None)
@@ -361,8 +393,7 @@ class Checkpoint(Callback):
                   train_iter=self.train_iter, n_epoch=self.n_epoch, loader_seed=self.train_dl.seed, loader_epoch=self.train_dl.epoch,
                   bs=self.train_dl.bs, world_size=max(num_distrib(), 1),
                   rng=_get_rng(), **({'scaler': scaler.state_dict()} if scaler is not None else {}))
-        torch.save(st, path.with_suffix('.tmp'))
-        os.replace(path.with_suffix('.tmp'), path)  # the run's state moves to the new weights at once
+        save_checkpoint(st, path)  # the run's state moves to the new weights at once
         for old in path.parent.glob(f'{path.stem}-*.safetensors'):
             if old != wfn: old.unlink()
         self.saved,self.n_saves = (epoch, batch, wfn),self.n_saves+1
@@ -373,7 +404,9 @@ def _get_rng():
                 cuda=torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
 
 def _set_rng(s):
-    torch.set_rng_state(s['torch'].cpu()); np.random.set_state(s['numpy']); random.setstate(s['python'])
+    kind,keys,*rest = s['numpy']  # its array kept as a tensor
+    torch.set_rng_state(s['torch'].cpu()); np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
+    random.setstate(s['python'])
     if s['cuda'] is not None and torch.cuda.is_available(): torch.cuda.set_rng_state(s['cuda'].cpu())
 
 # %% ../nbs/07_distributed.ipynb #39f33513

@@ -10,6 +10,7 @@ from fastai.callback.schedule import LRFinder, ParamScheduler
 from fastai.tabular.all import *
 from fastai.tabular.learner import tabular_learner as _fai_tabular_learner
 from fastai.tabular.model import _one_emb_sz
+from .backend import write_json, read_json
 from .tabular import *
 from .loader import *
 from .recorder import *
@@ -17,7 +18,7 @@ from .model import *
 from .optimizer import SparseEmbedOpt, SPARSE_RULES
 
 # %% auto #0
-__all__ = ['LR_FIND_CHECK', 'RUN_FORMAT', 'tabular_learner', 'save_run', 'load_run']
+__all__ = ['rmse', 'LR_FIND_CHECK', 'RUN_FORMAT', 'MSELossFlat64', 'tabular_learner', 'save_run', 'load_run']
 
 # %% ../nbs/05_learner.ipynb #a76ad92c
 _fai_contiguous = BaseLoss._contiguous
@@ -33,6 +34,16 @@ def plain_loss(self:Learner):
     "Give `self` a copy of its `BaseLoss` computing on plain tensors (no `TensorBase` overhead); other losses are left alone"
     if isinstance(self.loss_func, BaseLoss): self.loss_func = copy(self.loss_func); self.loss_func.plain = True
     return self
+
+# %% ../nbs/05_learner.ipynb #1a09267d
+class MSELossFlat64(BaseLoss):
+    "fastai's `MSELossFlat` in float64: targets far from 0 (near 1e18) give a finite loss, not inf; `tabular_learner`'s for a regression"
+    def __init__(self, axis:int=-1): super().__init__(nn.MSELoss, axis=axis, floatify=False, is_2d=False)
+    def __call__(self, inp, targ, **kwargs): return super().__call__(inp.double(), targ.double(), **kwargs)
+
+def _rmse(inp, targ): return torch.sqrt(F.mse_loss(inp.double(), targ.double()))
+rmse = AccumMetric(_rmse)  # fastai's `rmse`, summed in float64
+rmse.__doc__ = "fastai's `rmse` (`AccumMetric`), in float64: the same value, and a finite one for targets near 1e18"
 
 # %% ../nbs/05_learner.ipynb #f2fa22aa
 @delegates(_fai_tabular_learner)
@@ -54,9 +65,12 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
     mh_names = getattr(dls.train_ds, 'mh_names', None) or []
     args = dict(layers=layers, emb_szs=emb_szs, config=config, n_out=n_out, y_range=y_range, mh_mode=mh_mode, fast=fast)
     kwargs['cbs'] = L(kwargs.get('cbs')) + SplitExtras()  # pass-through columns (`extra_names`) leave the targets before the loss
+    if kwargs.get('loss_func') is None and isinstance(getattr(dls.loss_func, 'func', None), nn.MSELoss):
+        kwargs['loss_func'] = MSELossFlat64()  # a regression's: in float64
     dev = torch.device(getattr(dls.train, 'device', None) or 'cpu')  # the model is initialised where it trains: ~2 s less at 100M weights
     if not mh_names and not fast:
         with dev: learn = _fai_tabular_learner(dls, layers, emb_szs, config, n_out, y_range, **kwargs)
+        per_target_range(learn.model, y_range)
         learn = learn.record_on_device(show_every).plain_loss()
         learn.model_args = args  # what `save_run` writes, to build the same model again
         return learn
@@ -68,6 +82,7 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
         model = (FastTabularModel if fast else TabularModelMH)(get_emb_sz(dls.train_ds, sz), len(dls.cont_names), n_out, layers,
                                mh_szs=[_one_emb_sz(dls.train_ds.classes, n, sz) for n in mh_names], mh_mode=mh_mode, y_range=y_range,
                                **config)
+        per_target_range(model, y_range)
     f = getattr(kwargs.get('opt_func', Adam), 'func', kwargs.get('opt_func', Adam))  # a class, or its `partial`
     if getattr(model, 'sparse', False) and not (isinstance(f, type) and issubclass(f, SparseEmbedOpt)):
         raise ValueError("`config` sparse=True gives the tables row-sparse gradients: pass `opt_func=partial(SparseEmbedOpt, "
@@ -169,26 +184,30 @@ def save_run(learn:Learner, path,
     args = getattr(learn, 'model_args', None)
     if args is None:
         raise ValueError("`save_run` needs a `Learner` made by this library's `tabular_learner` (it records the model's arguments)")
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
-    save_procs(learn.dls.train_ds, path/'procs')
-    cfg = dict(args, config=_json_config(args['config']), y_range=list(args['y_range']) if args['y_range'] is not None else None)
+    cfg = dict(args, config=_json_config(args['config']), y_range=_plain_range(args['y_range']))
     rule = getattr(learn.opt_func, 'keywords', {}).get('rule')  # `SparseEmbedOpt`'s: a row-sparse model loads with its rule
-    (path/'model.json').write_text(json.dumps(dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__, sparse_rule=rule),
-                                              indent=1))
-    if weights is None: save_weights(learn.model, path/'model.safetensors')
-    else: link_weights(weights, path/'model.safetensors')
-    return path
+    with building(path, overwrite=True, marker='model.json', what='a run folder', subdirs=()) as tmp:  # whole, or the earlier one kept
+        save_procs(learn.dls.train_ds, tmp/'procs')
+        write_json(tmp/'model.json', dict(format=RUN_FORMAT, model=cfg, loss=type(learn.loss_func).__name__, sparse_rule=rule))
+        if weights is None: save_weights(learn.model, tmp/'model.safetensors')
+        else: link_weights(weights, tmp/'model.safetensors')
+    return Path(path)
+
+def _plain_range(r):
+    "`y_range` as JSON: [low, high], or [lows, highs] with a range a target"
+    return None if r is None else [[float(o) for o in v] if is_listy(v) else float(v) for v in r]
 
 def load_run(
-    path, # A folder written by `save_run` (or `fgt-train`'s `out/model`)
+    path, # A folder written by `save_run`, or a run folder of `fgt-train` (its `--out`, whose `model/` it reads)
     bs:int=4096, # Batch size of `test_dl`
     device=None, # Default: fastai's `default_device()`
 )->Learner:
     "The `Learner` saved by `save_run` in `path`, for `test_dl`, `get_preds` and `predict`"
     path = Path(path)
+    if not (path/'model.json').exists() and (path/'model'/'model.json').exists(): path = path/'model'  # `fgt-train`'s `--out`
     if not (path/'model.json').exists():
-        raise FileNotFoundError(f"{path}: no model.json; write a run folder with `save_run` or `fgt-train`")
-    d = json.loads((path/'model.json').read_text())
+        raise FileNotFoundError(f"{path}: no model.json (nor model/model.json); write a run folder with `save_run` or `fgt-train`")
+    d = read_json(path/'model.json', "write the run folder again (`save_run`, `fgt-train`)")
     if d.get('format') != RUN_FORMAT: raise ValueError(f"{path/'model.json'}: format {d.get('format')!r}, this library reads {RUN_FORMAT}")
     procs,names = load_procs(path/'procs')
     cols = names['cat_names'] + names['mh_names'] + names['cont_names'] + names['y_names']

@@ -5,12 +5,13 @@
 # %% ../nbs/04b_model.ipynb #1aa2a0e2
 from __future__ import annotations
 import threading
+from .backend import replacing, no_space
 from fastai.tabular.all import *
 
 # %% auto #0
-__all__ = ['bag_embed', 'TabularModelMH', 'FastBatchNorm1d', 'PaddedLinear', 'block_width', 'embed_block', 'storage_view',
-           'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds', 'sharded_block',
-           'FastTabularModel', 'layer_info', 'save_weights', 'link_weights', 'load_weights']
+__all__ = ['bag_embed', 'TabularModelMH', 'SigmoidRanges', 'per_target_range', 'FastBatchNorm1d', 'PaddedLinear', 'block_width',
+           'embed_block', 'storage_view', 'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds',
+           'sharded_block', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -45,6 +46,18 @@ class TabularModelMH(TabularModel):
             if self.bn_cont is not None: x_cont = self.bn_cont(x_cont)
             x = torch.cat([x, x_cont], 1) if x is not None and len(x) else x_cont
         return self.layers(x)
+
+# %% ../nbs/04b_model.ipynb #6378e07d
+class SigmoidRanges(Module):
+    "fastai's `SigmoidRange` with a range a target: `low` and `high` lists (buffers, not saved with the weights: `y_range` rebuilds them)"
+    def __init__(self, low, high):
+        for k,v in (('low', low), ('high', high)): self.register_buffer(k, torch.tensor(v, dtype=torch.float32), persistent=False)
+    def forward(self, x): return sigmoid_range(x, self.low, self.high)
+
+def per_target_range(model, y_range):
+    "`model` with its last layer a `SigmoidRanges` where `y_range` is (lows, highs), a range a target (else `model` as it is)"
+    if y_range is not None and is_listy(y_range[0]): model.layers[-1] = SigmoidRanges(*y_range)
+    return model
 
 # %% ../nbs/04b_model.ipynb #af04dce7
 class FastBatchNorm1d(nn.BatchNorm1d):
@@ -369,18 +382,16 @@ def save_weights(model, fn):
     """The weights of `model` (a DDP wrapper unwrapped) to safetensors file `fn`, a new file put in its place: never written into,
     so a hard link to the old one (`link_weights`) keeps the old weights"""
     from safetensors.torch import save_file
-    tmp = Path(fn).with_name(Path(fn).name + '.tmp')
-    save_file({k: v.detach().contiguous().cpu() for k,v in get_model(model).state_dict().items()}, str(tmp))
-    os.replace(tmp, fn)
+    with replacing(fn) as tmp: save_file({k: v.detach().contiguous().cpu() for k,v in get_model(model).state_dict().items()}, str(tmp))
 
 def link_weights(src, fn)->int:
     """Safetensors file `fn` made the weights of file `src` without writing them again: a hard link put in its place (a copy on a
     file system without links); the bytes written"""
-    tmp = Path(fn).with_name(Path(fn).name + '.tmp')
-    tmp.unlink(missing_ok=True)
-    try: os.link(src, tmp); n = 0
-    except OSError: shutil.copyfile(src, tmp); n = tmp.stat().st_size
-    os.replace(tmp, fn)
+    with replacing(fn) as tmp:
+        try: os.link(src, tmp); n = 0
+        except OSError as e:
+            if no_space(e): raise
+            shutil.copyfile(src, tmp); n = tmp.stat().st_size
     return n
 
 def load_weights(model, fn, device=None):

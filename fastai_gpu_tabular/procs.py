@@ -225,14 +225,18 @@ class FillMissing(_FaiFillMissing):
         conts,fv = to.items[list(to.cont_names)],self.fill_vals
         missing = to_pandas(conts.isna().any())
         self._set_fills({n: self.fill_strategy(conts[n], fv.get(n, 0) if isinstance(fv, dict) else fv[n]) for n in to.cont_names},
-                        list(missing[missing].index))
+                        list(missing[missing].index), to.items.columns)
 
-    def _set_fills(self, fills:dict, missing:list):
-        "The fit from each column's fill and the columns with missing values in training (`TabularDask`'s too); the strategy's name kept"
+    def _set_fills(self, fills:dict, missing:list, columns=()):
+        """The fit from each column's fill and the columns with missing values in training (`TabularDask`'s too); the strategy's name
+        kept. A flag column `{name}_na` that is one of the data's `columns` is refused: the flags would replace it"""
         self.fills = {n: _py(v) for n,v in fills.items()}
         for n,v in self.fills.items():
             if v is None or v != v: raise ValueError(f"FillMissing: continuous column '{n}' has no value in the training split "
                                                      f"to fill with; drop it or pass it in `cat_names`")
+        if self.add_col and (clash := [n for n in missing if f'{n}_na' in columns]): raise ValueError(
+            f"FillMissing: continuous column {clash[0]!r} has missing values, and their flags would replace your column "
+            f"{clash[0]+'_na'!r}: rename that column, or pass `FillMissing(add_col=False)`")
         self.na_dict,self.fill_strategy = {n: self.fills[n] for n in missing},self.strategy
 
     def encodes(self, to):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
-import json, math, os, shutil, socket, uuid, warnings
+import errno, json, math, os, shutil, socket, uuid, warnings
 from concurrent.futures import ThreadPoolExecutor
 import torch
 from contextlib import contextmanager
@@ -24,10 +24,10 @@ from .loader import BatchDataLoader
 
 # %% auto #0
 __all__ = ['PROCS_FORMAT', 'PROCESSED_FORMAT', 'ROW_GROUP_BYTES', 'WRITE_THREADS', 'check_names', 'check_cont_dtypes',
-           'check_targets', 'clean_conts', 'exact_floats', 'random_splits', 'RandomRowSplit', 'TabularGPU',
-           'check_writable', 'write_values', 'read_values', 'save_procs', 'load_procs', 'code_types', 'processed_frame',
-           'row_group_rows_for', 'write_part', 'write_parts', 'check_pass_names', 'check_destination', 'building',
-           'write_dataset_info']
+           'check_y_block', 'check_targets', 'clean_conts', 'exact_floats', 'random_splits', 'RandomRowSplit',
+           'TabularGPU', 'check_writable', 'write_values', 'read_values', 'save_procs', 'load_procs', 'code_types',
+           'processed_frame', 'row_group_rows_for', 'write_part', 'write_parts', 'check_pass_names',
+           'check_destination', 'building', 'write_dataset_info']
 
 # %% ../nbs/02_tabular.ipynb #23d83620
 _KINDS = ('cat_names', 'cont_names', 'mh_names')
@@ -64,6 +64,12 @@ def check_cont_dtypes(dtypes:dict):
         if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)):
             raise ValueError(f"continuous column {n!r} has dtype {dt}, not numbers: convert it (e.g. `pd.to_numeric`) "
                              f"or move it to `cat_names`")
+
+def check_y_block(y_names, procs):
+    "Raise a `ValueError` naming the targets where a classification (a `Categorize` among `procs`) has several: it trains one"
+    if len(y_names) > 1 and any(isinstance(p, Categorize) for p in procs): raise ValueError(
+        f"targets {', '.join(map(repr, y_names))}: a classification (`CategoryBlock`, `--y-block category`) trains one target column; "
+        "name one in `y_names`, or pass `RegressionBlock()` (`--y-block regression`) for several continuous targets")
 
 def check_targets(n_missing:dict, rows:int):
     "Raise a `ValueError` naming a target column with missing values (`n_missing`: target → count among `rows`), and how many"
@@ -117,7 +123,9 @@ def _mix64(x, inplace:bool=False):
 
 class RandomRowSplit:
     "fastai-style splitter: a row is in validation when a seeded hash of its position falls below `valid_pct`"
-    def __init__(self, valid_pct:float=0.2, seed:int=42): store_attr()
+    def __init__(self, valid_pct:float=0.2, seed:int=42):
+        if not 0 <= valid_pct < 1: raise ValueError(f"`valid_pct` must be a share in [0, 1), not {valid_pct}")
+        store_attr()
     def valid_mask(self, start:int, n:int, xp=np):
         "Validation flags of the rows at positions `start` to `start+n` (a numpy or cupy bool array, by `xp`)"
         dev = 'cpu' if xp is np else torch.device('cuda', xp.cuda.Device().id)
@@ -173,6 +181,7 @@ class TabularGPU(TabularPandas):
 
     def setup(self):
         if self.split==0: raise ValueError("the training split is empty: pass `splits` whose first part has rows")
+        check_y_block(self.y_names, self.procs)
         check_targets({n: int(self.items[n].isna().sum()) for n in self.y_names if n in self.items.columns}, len(self.items))
         tr = self.items.iloc[:self.split]
         nulls = to_pandas(tr[list(self.cat_names+self.cont_names+self.mh_names)].isna().all())
@@ -227,9 +236,11 @@ def encodes(self, to:TabularGPU):
         if n not in to.items.columns: continue
         c = cat_codes(to.items[n], list(self.vocab))
         bad = to.items[n][(c<0) & to.items[n].notna()]
-        if len(bad): raise ValueError(f"target '{n}' has labels not seen in the training rows, e.g. {host_list(bad.head(3))}: pass the "
-                                      "full label set as `CategoryBlock(vocab=...)`; `fgt-prep`/`fgt-train`: another `--seed` or a "
-                                      "smaller `--valid-pct` may put them in training, or leave the rows of so rare a class out")
+        if len(bad): raise ValueError(f"target '{n}' has labels not seen in the training rows, e.g. {host_list(bad.head(3))}: "
+            + ("a continuous target trains as a regression: pass `RegressionBlock()` (`--y-block regression`); else " if
+               to.items[n].dtype.kind == 'f' or len(self.vocab) > 100 else "")
+            + "pass the full label set as `CategoryBlock(vocab=...)`; `fgt-prep`/`fgt-train`: another `--seed` or a smaller "
+              "`--valid-pct` may put them in training, or leave the rows of so rare a class out")
         to.items[n] = c
     return to
 
@@ -295,7 +306,7 @@ def save_procs(to:TabularGPU, path, parquet_min:int=10_000):
             if isinstance(d.get(k), dict): d[k] = {n: _big(k, n, _lean(p, n) if k == 'vocab' else v) for n,v in d[k].items()}
         procs.append(d)
     names = {k: list(getattr(to, k)) for k in _NAME_KEYS}
-    (path/'procs.json').write_text(json.dumps(dict(format=PROCS_FORMAT, names=names, procs=procs), indent=1))
+    write_json(path/'procs.json', dict(format=PROCS_FORMAT, names=names, procs=procs))
     return path/'procs.json'
 
 _types = dict(Categorify=Categorify, FillMissing=FillMissing, Normalize=Normalize, Categorize=Categorize)
@@ -428,21 +439,26 @@ def _writer_gone(tmp:Path)->bool|None:
     except (PermissionError, KeyError, ValueError, TypeError): return False
     return False
 
-def check_destination(path:Path, overwrite:bool):
-    "Raise before anything is written where `path` is a file, or a folder `overwrite` may not replace (only a processed or empty one)"
+def check_destination(path:Path, overwrite:bool, marker:str='dataset.json', what:str='a processed folder'):
+    """Raise before anything is written where `path` is a file, or a folder `overwrite` may not replace: only `what` (a folder with file
+    `marker`) or an empty one"""
     if not path.exists(): return
     if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a folder: pass another `path` (nothing was written)")
     if not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` to replace it")
-    if not (path/'dataset.json').exists() and (held := sorted(o.name for o in path.iterdir())):
-        raise FileExistsError(f"{path} is not a processed folder (no dataset.json) and holds {', '.join(held[:5])}"
+    if not (path/marker).exists() and (held := sorted(o.name for o in path.iterdir())):
+        raise FileExistsError(f"{path} is not {what} (no {marker}) and holds {', '.join(held[:5])}"
                               + (' ...' if len(held) > 5 else '')
-                              + ": `overwrite=True` replaces only a processed or empty folder; pass another `path`, or remove it yourself")
+                              + f": `overwrite=True` replaces only {what} or an empty folder; pass another `path`, or remove it yourself")
 
 @contextmanager
-def building(path, overwrite:bool=False):
-    "A temporary folder beside `path`, renamed to `path` if the block succeeds, else removed: no half-written output, no raw folder lost"
+def building(path, overwrite:bool=False,
+    marker:str='dataset.json', what:str='a processed folder', # The folders `overwrite` replaces: `what`, holding file `marker` (or empty)
+    subdirs:tuple=('train', 'valid'), # Folders made in the temporary folder
+):
+    """A temporary folder beside `path`, renamed to `path` if the block succeeds, else removed: no half-written output, no folder of
+    other files lost; a full disk is named"""
     path = Path(path)
-    check_destination(path, overwrite)
+    check_destination(path, overwrite, marker, what)
     for old in sorted(path.parent.glob(f'.{path.name}.tmp-*')):
         if (gone := _writer_gone(old)) is None:
             warnings.warn(f"{old}: an unfinished write to {path} from another host, left as it is"); continue
@@ -450,13 +466,18 @@ def building(path, overwrite:bool=False):
             shutil.rmtree(old, ignore_errors=True)
             warnings.warn(f"removed {old}: the temporary folder of an earlier write to {path} whose process ended before it finished")
     tmp = path.with_name(f'.{path.name}.tmp-{uuid.uuid4().hex[:8]}')
-    (tmp/'train').mkdir(parents=True); (tmp/'valid').mkdir()
+    tmp.mkdir(parents=True)
+    for d in subdirs: (tmp/d).mkdir()
     (tmp/'.writer').write_text(json.dumps(dict(host=socket.gethostname(), pid=os.getpid())))
     try: yield tmp
-    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, Exception) and no_space(e): raise OSError(errno.ENOSPC, f"no space left on device writing {path}"
+            + (" (the earlier folder is kept)" if path.exists() else "") + ": free space there, or write elsewhere") from None
+        raise
     (tmp/'.writer').unlink()
-    if path.exists():  # a processed folder (checked above): moved aside, then removed once the new one is in place
-        check_destination(path, overwrite)
+    if path.exists():  # `what` (checked above): moved aside, then removed once the new one is in place
+        check_destination(path, overwrite, marker, what)
         os.replace(path, old := path.with_name(f'.{path.name}.old-{uuid.uuid4().hex[:8]}'))
         os.replace(tmp, path); shutil.rmtree(old, ignore_errors=True)
     else: os.replace(tmp, path)
@@ -465,9 +486,9 @@ def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=()
     "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"
     splits = {k: dict(rows=sum(p['rows'] for p in ps if p), files=[f"{k}/{p['file']}" for p in ps if p]) for k,ps in parts.items()}
     cols = dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names))
-    info = dict(format=PROCESSED_FORMAT, **splits, columns=cols,
+    info = dict(format=PROCESSED_FORMAT, **splits, columns=cols, columns_by_types=bool(getattr(to, 'names_by_types', False)),
                 row_group_rows=row_group_rows, shuffle_seed=shuffle_seed)
-    (Path(folder)/'dataset.json').write_text(json.dumps(info, indent=1))
+    write_json(Path(folder)/'dataset.json', info)
     save_procs(to, Path(folder)/'procs')
 
 @patch

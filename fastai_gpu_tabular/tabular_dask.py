@@ -411,7 +411,7 @@ def _fit_fill_missing(p, td, prior, src):
         elif name == 'mode':
             g = to_pandas(src()[[n, _POS]].groupby(n)[_POS].agg(['count', 'min'], split_out=1).compute())
             fills[n] = g.sort_values(['count', 'min'], ascending=[False, True]).index[0] if len(g) else None
-    p._set_fills(fills, [n for n in td.cont_names if st['count'][n] < st['rows']])
+    p._set_fills(fills, [n for n in td.cont_names if st['count'][n] < st['rows']], td.ddf.columns)
     if p.add_col: td.cat_names += [n+'_na' for n in p.na_dict if n+'_na' not in td.cat_names]
 
 def _fit_normalize(p, td, prior, src):
@@ -578,6 +578,7 @@ class TabularDask:
         "Fit the procs on the training rows: one pass for every statistic that allows it, then the procs' own (a progress bar shows them)"
         steps,self.timings = ['statistics'] + [type(p).__name__ for p in self.procs],{}
         it = iter(progress_bar(steps, leave=False) if self.progress else steps)
+        check_y_block(self.y_names, self.procs)
         next(it); st = self._fused = self._scan(self._cols(), train=True)
         if self.persist: self._persisted = self._prepared().persist()
         conts,ys = list(self.cont_names),list(self.y_names)

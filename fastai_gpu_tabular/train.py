@@ -4,16 +4,16 @@
 
 # %% ../nbs/08_train.ipynb #9a77ed33
 from __future__ import annotations
-import functools, json, os, shutil, socket, sys, time
+import fnmatch, functools, inspect, json, os, shutil, socket, sys, time
 from fastcore.script import is_cli
 from contextlib import contextmanager
 from fastai.tabular.all import *
 from fastai.distributed import *
-from .backend import gpu_available, read_frame, explode_elements, host_list
+from .backend import gpu_available, read_frame, explode_elements, host_list, replacing, write_json, read_json
 from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
-from .learner import tabular_learner, save_run, load_run
+from .learner import tabular_learner, save_run, load_run, rmse
 from .model import save_weights, load_weights, link_weights, warm_triton
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
@@ -25,12 +25,12 @@ from .cli import train_ranks
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH_MIN_ROWS', 'TrainTimer', 'Phases', 'KeepBest',
-           'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr', 'parse_layers',
-           'check_args', 'finished', 'run_lock', 'claim_out', 'run_settings', 'check_run', 'check_processed_names',
-           'read_step', 'table_params', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step',
-           'model_memory', 'fit_step', 'report_step', 'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen',
-           'predict_cli']
+__all__ = ['RUN_FILES', 'MODEL_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH_MIN_ROWS', 'TrainTimer', 'Phases',
+           'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr',
+           'parse_layers', 'check_args', 'finished', 'run_lock', 'is_run', 'claim_out', 'replace_run', 'run_settings',
+           'resume_settings', 'check_run', 'check_processed_names', 'read_step', 'table_params', 'without_ddp',
+           'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory', 'fit_step', 'report_step',
+           'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -76,7 +76,8 @@ class KeepBest(SaveModelCallback):
     def before_fit(self):
         super().before_fit()
         if self.resume and self.state_fn.exists():
-            d = json.loads(self.state_fn.read_text()); self.best,self.kept,self.kept_epoch = d['valid_loss'],d.get('values'),d.get('epoch')
+            d = read_json(self.state_fn, "remove it to resume without the best epoch's record, or train again without `--resume`")
+            self.best,self.kept,self.kept_epoch = d['valid_loss'],d.get('values'),d.get('epoch')
     def before_epoch(self): self.n_values = len(self.recorder.values)
     def after_epoch(self):
         vals = self.recorder.values
@@ -87,7 +88,7 @@ class KeepBest(SaveModelCallback):
             self.kept = [None if v is None else float(v) for v in vals[-1][1:]]  # its validation: loss and metrics, as recorded
             self.kept_epoch = self.epoch
             if not rank_distrib():
-                self.state_fn.write_text(json.dumps(dict(valid_loss=float(self.best), epoch=self.epoch, values=self.kept)))
+                write_json(self.state_fn, dict(valid_loss=float(self.best), epoch=self.epoch, values=self.kept), indent=None)
     def after_fit(self):
         if not np.isfinite(self.best): return  # stopped before an epoch ended
         distrib_barrier()  # rank 0 wrote the file: the same weights on every rank
@@ -124,14 +125,15 @@ def auto_bs(n_rows:int, world:int=1, steps:int=500)->int:
     "Rows a batch per process for about `steps` steps an epoch over `n_rows` training rows: a power of 2 from 64 to 65,536"
     return int(2**np.clip(np.round(np.log2(max(n_rows, 1)/(steps*world))), 6, 16))
 
-def _processed_targets(data, split:str, y:str):
-    """The targets of a processed folder's `split` as numpy arrays, batch by batch: only their column read, the files by
-    pyarrow's threads (one `read_table` a file cost 25 ms each besides its rows)"""
+def _processed_targets(data, split:str, ys:list):
+    """The targets `ys` of a processed folder's `split` as numpy arrays (rows, targets), batch by batch: only their columns read, the
+    files by pyarrow's threads (one `read_table` a file cost 25 ms each besides its rows)"""
     import pyarrow.dataset as pds
     fs,root,info = read_dataset_info(data)
     if not info[split]['files']: return
     d = pds.dataset([f'{root}/{f}' for f in info[split]['files']], format='parquet', filesystem=fs)
-    for b in d.to_batches(columns=[y], use_threads=True): yield b.column(0).to_numpy(zero_copy_only=False)
+    for b in d.to_batches(columns=list(ys), use_threads=True):
+        yield np.stack([c.to_numpy(zero_copy_only=False) for c in b.columns], 1)
 
 def _counts(a)->dict:
     "{value: count} of array `a`: `bincount` for class codes (no sort), `unique` for other values"
@@ -139,25 +141,27 @@ def _counts(a)->dict:
     return dict(zip(*np.unique(a, return_counts=True)))
 
 def baseline(to, y_block:str, data=None)->dict|None:
-    """The validation score of a constant guess: the training split's majority class (accuracy) or mean (rmse); from the target column
-    of processed folder `data` (streamed), or from `to`'s rows; None without validation rows or target"""
+    """The validation score of a constant guess: the training split's majority class (accuracy) or each target's mean (rmse over all
+    targets, as fastai's `rmse`); from the target columns of processed folder `data` (streamed), or from `to`'s rows; None without
+    validation rows or target"""
     if not to.y_names: return None
-    y = to.y_names[0]
-    if len(getattr(to, 'items', ())): tr,va = [[to_pandas(s.items[y]).to_numpy()] for s in (to.train, to.valid)]
-    elif data is not None and is_processed(data): tr,va = (_processed_targets(data, k, y) for k in ('train', 'valid'))
+    ys = list(to.y_names)
+    if len(getattr(to, 'items', ())): tr,va = [[to_pandas(s.items[ys]).to_numpy()] for s in (to.train, to.valid)]
+    elif data is not None and is_processed(data): tr,va = (_processed_targets(data, k, ys) for k in ('train', 'valid'))
     else: return None
-    if y_block == 'category':
+    if y_block == 'category':  # one target (`check_y_block`)
         counts = Counter()
-        for a in tr: counts.update(_counts(a))
+        for a in tr: counts.update(_counts(a[:,0]))
         if not counts: return None
         top,n,hit = counts.most_common(1)[0][0],0,0
-        for a in va: n,hit = n + len(a),hit + int((a == top).sum())
+        for a in va: n,hit = n + len(a),hit + int((a[:,0] == top).sum())
         return dict(metric='accuracy', value=hit/n, guess='the majority class') if n else None
-    n,s1 = 0,0.
-    for a in tr: n,s1 = n + len(a),s1 + float(a.astype(float).sum())
+    n,s1 = 0,np.zeros(len(ys))
+    for a in tr: n,s1 = n + len(a),s1 + a.astype(np.float64).sum(0)
     m,k,sq = s1/max(n, 1),0,0.
-    for a in va: k,sq = k + len(a),sq + float(((a.astype(float) - m)**2).sum())
-    return dict(metric='_rmse', value=float(np.sqrt(sq/k)), guess='the mean') if k and n else None
+    for a in va: k,sq = k + len(a),sq + float(((a.astype(np.float64) - m)**2).sum())
+    guess = 'the mean' if len(ys) == 1 else f"each target's mean ({', '.join(f'{y} {v:.4g}' for y,v in zip(ys, m))})"
+    return dict(metric='_rmse', value=float(np.sqrt(sq/(k*len(ys)))), guess=guess) if k and n else None
 
 def report_baseline(base:dict, res:dict):
     "Print the constant guess's score beside the model's; warn when the model does not beat it"
@@ -168,17 +172,19 @@ def report_baseline(base:dict, res:dict):
         f"try more `--epochs`, another `--lr` or `--bs`, or fewer high-cardinality categorical columns")
 
 def target_range(to)->tuple|None:
-    "`y_range` for a regression: the training targets' range, widened by 5% each side (fastai's advice for `tabular_learner`)"
+    """`y_range` for a regression: the training targets' range, widened by 5% each side (fastai's advice for `tabular_learner`); with
+    several targets (lows, highs), a range each"""
     if not len(getattr(to, 'items', ())) or not to.y_names: return None
-    y = to_pandas(to.train.items[to.y_names[0]]).astype(float)
-    lo,hi = float(y.min()),float(y.max())
-    return (lo - 0.05*(hi-lo), hi + 0.05*(hi-lo))
+    y = to_pandas(to.train.items[list(to.y_names)]).astype(np.float64)
+    lo,hi = y.min().to_numpy(),y.max().to_numpy()
+    lo,hi = (lo - 0.05*(hi-lo)).tolist(),(hi + 0.05*(hi-lo)).tolist()
+    return (lo[0], hi[0]) if len(lo) == 1 else (lo, hi)
 
 def pick_lr(learn, out, opt:str, resume:bool=False, sparse:bool=False)->float:
     """A run's learning rate given none: with row-sparse tables (`sparse`) `SPARSE_LR`; else `lr_find`'s valley in one process, under a
     launcher a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"""
     fn = Path(out)/'lr.json'
-    if resume and fn.exists(): return json.loads(fn.read_text())['lr']
+    if resume and fn.exists(): return read_json(fn, "remove it (the run's `--lr` is then chosen again), or pass `--lr`")['lr']
     world,bs = max(num_distrib(), 1),learn.dls.train.bs
     if sparse: lr,how = SPARSE_LR,'the row-sparse tables\' rule'
     elif num_distrib():  # under a launcher: lr_find on one rank would meet the others' collectives; a rule every rank computes alike
@@ -187,7 +193,7 @@ def pick_lr(learn, out, opt:str, resume:bool=False, sparse:bool=False)->float:
         epoch = learn.dls.train.epoch  # lr_find draws batches: the run's epochs must not move
         with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(show_plot=False).valley),"lr_find's valley"
         learn.dls.train.epoch = epoch
-    if not rank_distrib(): fn.parent.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(dict(lr=lr, how=how)))
+    if not rank_distrib(): fn.parent.mkdir(parents=True, exist_ok=True); write_json(fn, dict(lr=lr, how=how), indent=None)
     return lr
 
 # %% ../nbs/08_train.ipynb #936a4bfa
@@ -201,9 +207,10 @@ def parse_layers(layers:str)->list:
 
 def check_args(y_block:str|None, opt:str, precision:str, epochs:int, bs:int|None, emb_rule:str='fastai', emb_opt:str='dense',
                fastai_model:bool=False, lr:float|None=None, layers:str='512,256', valid_pct:float|None=None, stop_after:int=0,
-               checkpoint_every:int=0):
+               checkpoint_every:int=0, rows:int=1):
     "Refuse `fgt-train` arguments that cannot work, before anything is read"
     parse_layers(layers)
+    if rows < 1: raise ValueError(f"`rows` must be a positive number of rows, not {rows}")
     if lr is not None and not (np.isfinite(lr) and lr > 0): raise ValueError(f"`lr` must be a positive finite learning rate, not {lr}")
     if valid_pct is not None and not 0 <= valid_pct < 1: raise ValueError(f"`valid_pct` must be a share in [0, 1), not {valid_pct}")
     for k,v in (('stop_after', stop_after), ('checkpoint_every', checkpoint_every)):
@@ -257,19 +264,38 @@ def run_lock(out:Path):
     finally: fn.unlink(missing_ok=True)
 
 RUN_FILES = ('checkpoint.pth', 'checkpoint.tmp', 'checkpoint-*.safetensors', 'best.json', 'best.safetensors', 'best.tmp', 'lr.json',
-             'metrics.json', 'run.json', 'model')
+             'metrics.json', 'run.json', 'model', '.fgt-train.lock', '.*.tmp', '.model.tmp-*', '.model.old-*')
+MODEL_FILES = ('model.json', 'model.safetensors', 'procs')  # what `save_run` writes in `out`/model
 
-def claim_out(out:Path, resume:bool, overwrite:bool):
-    "Refuse to train into `out` holding a run, unless `resume` (go on from it) or `overwrite` (its files removed first, by rank 0)"
-    held = [f.name for g in RUN_FILES for f in sorted(out.glob(g))]
-    if resume or not any(o in held for o in ('checkpoint.pth', 'model')):
-        if resume and overwrite: raise ValueError("`resume` goes on from the run in `out`, `overwrite` replaces it: pass one of them")
-        return
-    if not overwrite: raise FileExistsError(f"{out} holds a run ({', '.join(held[:4])}): pass `--resume` to go on from its checkpoint, "
-                                            "`--overwrite` to replace it, or another `--out`")
-    distrib_barrier()  # every rank has looked before rank 0 removes
+def is_run(out:Path)->bool:
+    "Whether folder `out` holds a run of `fgt-train`: its run.json, with the settings `run_settings` records"
+    if not (fn := out/'run.json').exists(): return False
+    d = read_json(fn, f"remove {out} if its run is not needed, or train into another `--out`")
+    return isinstance(d, dict) and {'data', 'seed', 'vocab', 'split_rows'} <= set(d)
+
+def claim_out(out:Path, resume:bool, overwrite:bool)->list:
+    """Check that `out` may take this run, before anything is read: new or empty, a run of `fgt-train` to `resume`, or one to replace
+    (`overwrite`); files a run does not write are never touched, so a folder holding them is refused. The earlier run's files, which
+    `replace_run` removes once the new run has read its data"""
+    if resume and overwrite: raise ValueError("`resume` goes on from the run in `out`, `overwrite` replaces it: pass one of them")
+    held = sorted(o.name for o in out.iterdir()) if out.is_dir() else []
+    theirs = [h for h in held if not any(fnmatch.fnmatch(h, g) for g in RUN_FILES)]
+    if (out/'model').is_dir(): theirs += [f'model/{o.name}' for o in sorted((out/'model').iterdir()) if o.name not in MODEL_FILES]
+    mine = [h for h in held if h not in theirs and h != '.fgt-train.lock']
+    if resume: return []
+    if theirs or (mine and not is_run(out)): raise FileExistsError(
+        f"{out} holds files that `fgt-train` did not write ({', '.join((theirs or mine)[:4])}{' ...' if len(theirs or mine) > 4 else ''}), "
+        "which a run would overwrite or remove: train into a new or empty `--out`" + (" (`--overwrite` replaces only a run of "
+        "`fgt-train`)" if overwrite else ""))
+    if overwrite or not any(o in mine for o in ('checkpoint.pth', 'model')): return mine  # or a run stopped before its first checkpoint
+    raise FileExistsError(f"{out} holds a run ({', '.join(mine[:4])}): pass `--resume` to go on from its checkpoint, `--overwrite` to "
+                          "replace it, or another `--out`")
+
+def replace_run(out:Path, files:list):
+    "Remove the earlier run's `files` (`claim_out`'s) from `out`, by rank 0 once every rank is there: after the new run read its data"
+    distrib_barrier()
     if not rank_distrib():
-        for f in held: (shutil.rmtree if (out/f).is_dir() else os.unlink)(out/f)
+        for f in files: shutil.rmtree(out/f) if (out/f).is_dir() else (out/f).unlink(missing_ok=True)
     distrib_barrier()
 
 # %% ../nbs/08_train.ipynb #9579d931
@@ -286,20 +312,35 @@ def run_settings(args:dict, dls, to, world:int)->dict:
               split_rows=[dls.train.n, dls.valid.n])
     return json.loads(json.dumps(st))
 
+def resume_settings(out:Path, args:dict)->dict|None:
+    """`fgt-train`'s arguments `args` with those left at their defaults set as the run in `out` had them (its run.json), so that
+    `--resume --out DIR` alone goes on as the run did; None where none differs"""
+    if not (fn := out/'run.json').exists(): return None
+    was = read_json(fn, "train again into another `--out` (or `--overwrite`): the settings of the run cannot be read")
+    dflt = {k: p.default for k,p in inspect.signature(main).parameters.items()}
+    new = {k: was[k] for k in RUN_SETTINGS if k in was and args[k] == dflt[k] and was[k] != args[k]}
+    return {k: new.get(k, v) for k,v in args.items() if k in dflt} if new else None
+
 def _flag(k:str)->str:
     return dict(processes='processes (`--num-processes`, `accelerate launch --num_processes`)', vocab='vocabulary sizes (the data)',
                 split_rows='rows of the training and validation splits (the data)').get(k, f"`--{k.replace('_', '-')}`")
+
+def _vocab_diff(was:list, now:list, most:int=3)->str:
+    "The vocabulary sizes that differ, a few named: not the whole list (a line of 1,500 characters for Criteo)"
+    a,b = dict(map(tuple, was)),dict(map(tuple, now))
+    d = [f"{n} {a.get(n)} -> {b.get(n)}" for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n)]
+    return f"differ for {len(d)} column{'s'*(len(d) != 1)} ({', '.join(d[:most])}{', ...' if len(d) > most else ''})"
 
 def check_run(out:Path, st:dict, resume:bool):
     "With `resume`, refuse settings `st` that differ from those `out`/run.json recorded, naming each; else record them (rank 0)"
     fn = out/'run.json'
     if resume and fn.exists():
-        was = json.loads(fn.read_text())
+        was = read_json(fn, "train again into another `--out` (or `--overwrite`): the settings of the run cannot be checked")
         if diff := [k for k in st if k in was and was[k] != st[k]]: raise ValueError(
             f"`resume`: the run in {out} was trained with other settings, so it would not go on as the run it resumes: "
-            + '; '.join(f"{_flag(k)} was {was[k]!r}, now {st[k]!r}" for k in diff)
+            + '; '.join(f"{_flag(k)} " + (_vocab_diff(was[k], st[k]) if k == 'vocab' else f"was {was[k]!r}, now {st[k]!r}") for k in diff)
             + ". Resume with the run's settings (run.json), or start a new run (another `--out`, or `--overwrite`)")
-    elif not rank_distrib(): out.mkdir(parents=True, exist_ok=True); fn.write_text(json.dumps(st, indent=1))
+    elif not rank_distrib(): out.mkdir(parents=True, exist_ok=True); write_json(fn, st)
 
 # %% ../nbs/08_train.ipynb #44978feb
 def check_processed_names(data, to, given:dict, y_block:str):
@@ -449,7 +490,7 @@ def report_step(learn, out:Path, ph, timer, final, **info)->dict:
     rows = timer.batches*info['bs']*info['world_size']
     res.update(info, train_rows_s=rows/timer.seconds if timer.seconds else None, phases_s=ph.s, total_s=sum(ph.s.values()),
                saved_bytes=saved, save_gb_s=saved/ph.s['save']/1e9 if ph.s['save'] else None)
-    (out/'metrics.json').write_text(json.dumps(res, indent=1))
+    write_json(out/'metrics.json', res)
     print(f"{info['world_size']} process(es) on {torch.device(info['device']).type}: "
           + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names)
           + (f" (epoch {info['kept_epoch']+1} of {info['epochs']}: the lowest validation loss; `--last` keeps the last)"
@@ -543,13 +584,15 @@ def main(
     check_ranks(num_processes, cpu)
     from accelerate import PartialState
     args = dict(locals())  # the settings: `run.json` records those that shape the run
-    check_args(y_block, opt, precision, epochs, bs, emb_rule, emb_opt, fastai_model, lr, layers, valid_pct, stop_after, checkpoint_every)
+    if resume and (st := resume_settings(Path(out), args)): return main(**st)  # `--resume --out DIR` alone: the run's settings
+    check_args(y_block, opt, precision, epochs, bs, emb_rule, emb_opt, fastai_model, lr, layers, valid_pct, stop_after, checkpoint_every,
+               rows)
     out = Path(out)
     if finished(out, epochs, resume): return None
     state = PartialState(cpu=cpu or not torch.cuda.is_available())  # under a launcher: the process group, this rank's GPU
     if not cpu: warm_triton()  # Triton's own start on a thread, beside the data phase
     with run_lock(out):  # rank 0 holds `out` while the run writes there
-        claim_out(out, resume, overwrite)
+        earlier = claim_out(out, resume, overwrite)
         device,world = state.device,max(num_distrib(), 1)
         if device.type == 'cpu': device = torch.device('cpu')  # not 'cpu:0', which torch.load cannot map back
         if precision not in ('auto', 'fp32') and device.type != 'cuda':
@@ -581,6 +624,7 @@ def main(
             shard_tables = False
         args.update(emb_opt=emb_opt, emb_rule=emb_rule, precision=precision, shard_tables=shard_tables)  # run.json: what it trains with
         report_defaults(chosen, emb_dim)
+        replace_run(out, earlier)  # the arguments and the data are good: the earlier run (`overwrite`) goes
         check_run(out, run_settings(args, dls, to, world), resume)
         ph.lap('data')
         learn = build_step(dls, to, y_block, layers, emb_dim, no_bn, fastai_model, opt, metrics, out, precision, emb_rule, emb_opt)
@@ -601,8 +645,8 @@ def main(
                                 validate=not last and bool(dls.valid.n))
         if stop.stopped and not rank_distrib():  # what an interrupted run trained, and how fast: `--stop-after` times N batches
             out.mkdir(parents=True, exist_ok=True)
-            (out/'metrics.json').write_text(json.dumps(dict(stopped_after=timer.batches, world_size=world, bs=bs, phases_s=dict(ph.s,
-                train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None), indent=1))
+            write_json(out/'metrics.json', dict(stopped_after=timer.batches, world_size=world, bs=bs, phases_s=dict(ph.s,
+                train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None))
         if stop.stopped or rank_distrib(): return learn
         fit = ph.s.pop('fit')
         out_ck = ckpt.seconds-ckpt.train_seconds  # saves inside training phases (`--checkpoint-every`) count as training, as before
@@ -624,22 +668,26 @@ def predict(
     model:str=None, # A run folder: `fgt-train`'s `--out` (or its `model/`), or one written by `save_run`
     data:str=None, # A .parquet or .csv file of rows to score: the training columns (the target may be absent)
     out:str='preds.parquet', # Where to write the predictions: .parquet or .csv
+    keep:str=None, # Columns of `data` copied into `out` before the predictions, comma-separated: an id to join them back by
     bs:int=4096, # Rows a batch
     cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
 )->pd.DataFrame:
-    "Score the rows of `data` with a run folder's model: `pred` (the class or value) and, for a classifier, `prob_<class>`"
+    "Score the rows of `data` with a run folder's model: `keep`'s columns, `pred` (the class or value), for a classifier `prob_<class>`"
     if model is None or data is None:
         raise ValueError("`fgt-predict` needs `--model` (a run folder) and `--data` (a .parquet or .csv file)")
-    folder = Path(model)
-    if (folder/'model'/'model.json').exists(): folder = folder/'model'
+    folder,keep = Path(model),[o for o in (keep or '').split(',') if o]
     if Path(out).suffix not in ('.parquet', '.csv'): raise ValueError(f"`out` must end in .parquet or .csv, not {out!r}")
-    if Path(out).resolve() == Path(data).resolve(): raise ValueError(f"`out` {out!r} is the input `data`: write the predictions elsewhere")
+    if Path(out).resolve() == Path(data).resolve() or (Path(out).is_file() and Path(data).is_file() and os.path.samefile(out, data)):
+        raise ValueError(f"`out` {out!r} is the input `data` (or a link to it): write the predictions elsewhere")
     dev = torch.device('cpu') if cpu or not torch.cuda.is_available() else default_device()
     learn = load_run(folder, bs=bs, device=dev)
     learn.remove_cb(ProgressCallback)
     df = read_frame(data, dev.type=='cuda' and gpu_available())
     if not len(df): raise ValueError(f"{data} has no rows: nothing to score (`fgt-predict` writes one prediction a row of `--data`)")
+    if missing := [n for n in keep if n not in df.columns]: raise ValueError(f"`keep`: no column {missing[0]!r} in {data}")
+    kept = to_pandas(df[keep]).reset_index(drop=True) if keep else None
     warn_unseen(learn.dls.train_ds, df, data)
+    df = df.drop(columns=[n for n in learn.dls.train_ds.y_names if n in df.columns])  # not an input: its nulls or types do not matter
     preds = learn.get_preds(dl=learn.dls.test_dl(df))[0].float()
     cat = next((p for p in learn.dls.train_ds.procs if isinstance(p, Categorize)), None)
     if cat is not None:
@@ -648,7 +696,10 @@ def predict(
     else:
         ys = learn.dls.train_ds.y_names
         res = pd.DataFrame({f'pred_{n}' if preds.shape[1] > 1 else 'pred': preds[:,i].numpy() for i,n in enumerate(ys)})
-    (res.to_parquet if Path(out).suffix=='.parquet' else res.to_csv)(out, index=False)
+    if kept is not None:
+        if clash := [n for n in keep if n in res.columns]: raise ValueError(f"`keep`: column {clash[0]!r} is a column of the predictions")
+        res = pd.concat([kept, res], axis=1)
+    with replacing(out) as tmp: (res.to_parquet if Path(out).suffix=='.parquet' else res.to_csv)(tmp, index=False)  # whole, or none
     print(f"{len(res):,} rows scored with {folder}: {out}")
     return res
 

@@ -54,7 +54,7 @@ def test_auto_bs():
     assert [auto_bs(n) for n in (1_000, 32_000, 80_000, 20_000_000, 10**10)] == [64, 64, 128, 32_768, 65_536]
     assert auto_bs(20_000_000, world=4) == 8_192
 
-def test_only_the_target_named_splits_the_other_columns_as_fastai(diamonds, tmp_path):
+def test_only_the_target_named_splits_the_other_columns_by_their_types(diamonds, tmp_path):
     learn = main(data=str(diamonds), y_names='log_price', y_block='regression', cpu=True, epochs=1, out=str(tmp_path/'t'))
     to = learn.dls.train_ds
     assert list(to.cat_names) == ['cut', 'color', 'clarity'] and list(to.cont_names) == ['carat', 'depth', 'table', 'x', 'y', 'z']

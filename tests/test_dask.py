@@ -356,7 +356,9 @@ def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
         with pytest.raises(ValueError, match="'userId' has different dtypes"): TabularDask(mixed, **kw)
         with pytest.raises(ValueError, match="'year' has only missing values"):
             TabularDask(dd.from_pandas(df.assign(year=np.nan), npartitions=2), **kw)
-        with pytest.raises(ValueError, match='training split is empty'): TabularDask(ddf, splits=RandomRowSplit(1.0), **kw)
+        with pytest.raises(ValueError, match=r'`valid_pct` must be a share in \[0, 1\), not 1.0'): RandomRowSplit(1.0)
+        with pytest.raises(ValueError, match='training split is empty'):
+            TabularDask(dd.from_pandas(df.assign(v=True), npartitions=3, sort=False), splits=ColSplitter('v'), **kw)
         td = TabularDask(ddf, splits=RandomRowSplit(0.2), **kw)
         real = tdm._write
         lost = lambda p, f, i, *a: (_ for _ in ()).throw(OSError('worker lost')) if i == 2 else real(p, f, i, *a)

@@ -1,0 +1,76 @@
+"""Issue 82: your own data, the fastai way: one column inference on every reader, a run folder that loads and resumes by its name,
+predictions that carry an id. One test a finding (the item's number in its name); each failed before the change."""
+import json
+from pathlib import Path
+import numpy as np, pandas as pd, pytest
+from fastai_gpu_tabular.train import main, predict
+from fastai_gpu_tabular.data import main as prep, synth_criteo
+from fastai_gpu_tabular.learner import load_run
+from test_run_integrity import C, FAST, base_frame, interrupted
+
+@pytest.fixture(scope='module')
+def criteo(tmp_path_factory):
+    "A folder of two parquet files of Criteo-shaped rows: 26 integer id columns C1..C26, 13 float columns I1..I13, `label`"
+    d = tmp_path_factory.mktemp('c')/'logs'; d.mkdir()
+    df = synth_criteo(6_000, gpu=False)
+    df.iloc[:3_000].to_parquet(d/'a.parquet'); df.iloc[3_000:].to_parquet(d/'b.parquet')
+    return d
+
+@pytest.fixture(scope='module')
+def base(tmp_path_factory):
+    fn = tmp_path_factory.mktemp('b')/'base.parquet'
+    base_frame().to_parquet(fn)
+    return fn
+
+def test_01_02_only_the_target_named_gives_the_same_columns_with_and_without_dask(criteo, tmp_path, capsys):
+    infos = []
+    for dask in (False, True):
+        prep(data=str(criteo), y_names='label', out=str(tmp_path/f'p{dask}'), cpu=True, dask=dask)
+        infos.append(json.loads((tmp_path/f'p{dask}'/'dataset.json').read_text()))
+    a, b = infos
+    assert a['columns'] == b['columns'] and a['columns_by_types'] and b['columns_by_types']
+    cats, conts = a['columns']['cat_names'], a['columns']['cont_names']
+    assert cats[:26] == [f'C{i}' for i in range(1, 27)] and conts == [f'I{i}' for i in range(1, 14)]
+    assert all(n.endswith('_na') for n in cats[26:])  # `FillMissing`'s flags
+    out = capsys.readouterr().out
+    assert out.count('columns by their types: categorical C1,C2') == 2 and '--cat-names' in out
+
+def test_01_a_folder_with_only_the_target_is_refused_naming_the_flags(tmp_path):
+    pd.DataFrame({'when': pd.to_datetime(['2020-01-01']*50), 'y': [0, 1]*25}).to_parquet(tmp_path/'t.parquet')
+    for dask in (False, True):
+        with pytest.raises(ValueError, match=r'no feature column besides the target.*`--cat-names`'):
+            prep(data=str(tmp_path/'t.parquet'), y_names='y', out=str(tmp_path/'o'), cpu=True, dask=dask)
+
+def test_02_ids_are_categorical_floats_continuous_times_continuous():
+    from fastai_gpu_tabular.data import infer_names
+    df = pd.DataFrame({'user': np.arange(100), 'x': np.linspace(0, 1, 100), 'timestamp': np.arange(100)*60, 'flag': [True]*100,
+                       'y': [0]*100})
+    assert infer_names(df, 'y') == dict(cat_names=['user', 'flag'], cont_names=['x', 'timestamp'], mh_names=[], left_out=[])
+    assert infer_names(df, 'y', skip=['user'])['cat_names'] == ['flag']  # `fgt-prep --pass-names`
+
+def test_04_load_run_takes_a_run_folder_as_fgt_predict_does(base, tmp_path):
+    main(data=str(base), out=str(tmp_path/'r'), **C, **FAST)
+    learn = load_run(tmp_path/'r', device='cpu')
+    assert list(learn.dls.train_ds.cat_names) == ['u', 'i']
+
+def test_05_resume_alone_goes_on_with_the_runs_settings(base, tmp_path):
+    interrupted(base, tmp_path/'r')  # --layers 16 --emb-dim 4 --bs 512 --lr 1e-2 --opt adam, its own --data and columns
+    main(out=str(tmp_path/'r'), resume=True, epochs=2, cpu=True)
+    m = json.loads((tmp_path/'r'/'metrics.json').read_text())
+    assert m['bs'] == 512 and m['lr'] == 1e-2 and m['accuracy'] > 0.6
+
+def test_05_other_data_on_resume_is_named_in_a_short_line(base, tmp_path):
+    interrupted(base, tmp_path/'r')
+    base_frame().assign(u=lambda d: d['u'] % 50, i=lambda d: d['i'] % 40).to_parquet(tmp_path/'other.parquet')
+    with pytest.raises(ValueError, match=r'vocabulary sizes \(the data\) differ for 2 columns \(u 301 -> 51, i 201 -> 41\)') as e:
+        main(data=str(tmp_path/'other.parquet'), out=str(tmp_path/'r'), resume=True, **dict(C, **dict(FAST, epochs=2)))
+    assert len(str(e.value)) < 700
+
+def test_08_predict_keeps_the_columns_asked_for(base, tmp_path):
+    main(data=str(base), out=str(tmp_path/'r'), **C, **FAST)
+    p = predict(model=str(tmp_path/'r'), data=str(base), out=str(tmp_path/'p.parquet'), keep='u,i', cpu=True)
+    df = pd.read_parquet(base)
+    assert list(p.columns) == ['u', 'i', 'pred', 'prob_0', 'prob_1'] and p['u'].equals(df['u'])
+    assert pd.read_parquet(tmp_path/'p.parquet').equals(p)
+    with pytest.raises(ValueError, match="`keep`: no column 'id'"):
+        predict(model=str(tmp_path/'r'), data=str(base), out=str(tmp_path/'q.parquet'), keep='id', cpu=True)
