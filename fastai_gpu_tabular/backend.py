@@ -14,12 +14,12 @@ from fastcore.foundation import L
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
            'parquet_schema', 'ints_exact', 'schema_casts', 'read_parquet_exact', 'read_frame', 'write_parquet',
-           'no_space', 'replacing', 'write_json', 'read_json', 'nans_to_nulls', 'cast', 'new_frame', 'host_list',
-           'as_index_array', 'take_rows', 'concat_positions', 'standardized', 'standardize', 'shrink_types',
-           'float32_exact', 'exact_types', 'shrink', 'device_tensor', 'array_tensor', 'fill_nulls', 'nan_tensor',
-           'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns', 'value_key', 'sorted_uniques',
-           'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_elements', 'cum_offsets', 'explode_rows',
-           'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
+           'no_space', 'replacing', 'write_json', 'counted', 'read_json', 'nans_to_nulls', 'cast', 'new_frame',
+           'host_list', 'as_index_array', 'take_rows', 'concat_positions', 'standardized', 'standardize',
+           'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor', 'array_tensor', 'fill_nulls',
+           'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns', 'value_key',
+           'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_elements', 'cum_offsets',
+           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -191,6 +191,10 @@ def replacing(path):
 def write_json(path, obj, indent:int|None=1):
     "JSON of `obj` to file `path`, whole or not at all (`replacing`)"
     with replacing(path) as tmp: tmp.write_text(json.dumps(obj, indent=indent))
+
+def counted(n:int, word:str, words:str|None=None)->str:
+    "'1 epoch', '3 epochs', '1,000 processes' (`words`, default `word` + 's')"
+    return f"{n:,} {word if n == 1 else ifnone(words, word+'s')}"
 
 def read_json(path, fix:str='write it again'):
     "The JSON in file `path`; a file cut short or damaged raises a `ValueError` naming it, and `fix`"

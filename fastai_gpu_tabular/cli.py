@@ -5,11 +5,12 @@
 # %% ../nbs/08a_cli.ipynb #ef133599
 from __future__ import annotations
 import multiprocessing, os, runpy, signal, socket, subprocess, sys, threading, time
-from fastcore.script import parse_cli
+from contextlib import contextmanager
+from fastcore.script import anno_parser
 from .cluster import start_dask_client, in_process
 
 # %% auto #0
-__all__ = ['prep', 'free_port', 'launch_ranks', 'train_ranks', 'train']
+__all__ = ['prep', 'whole_docments', 'parser', 'refusing', 'free_port', 'launch_ranks', 'train_ranks', 'train']
 
 # %% ../nbs/08a_cli.ipynb #151c5286
 def _exit_now():
@@ -26,12 +27,46 @@ def prep():
     gpu = False if '--cpu' in a else None
     t = start_dask_client(gpu=gpu) if '--dask' in a and not {'-h', '--help'} & set(a) and not in_process(gpu) else None
     from fastai_gpu_tabular.data import main
-    pargs,kwargs,_ = parse_cli(main)  # what `call_parse` does for a script's own `main()`
-    main(*pargs, **kwargs)
+    kwargs = {k: v for k,v in vars(parser(main, 'fgt-prep').parse_args(a)).items() if k not in ('pdb', 'xtra')}
+    with refusing('fgt-prep'): main(**kwargs)
     if t and t.client:  # all written: the workers' own exit (their imports' teardown, ~1 s) is not waited for
         for p in multiprocessing.active_children(): p.kill()
         t.client.close(); t.client.cluster.close()
     _exit_now()
+
+# %% ../nbs/08a_cli.ipynb #7af2df8e
+def whole_docments(func)->dict:
+    "{parameter: its comment, with the comment-only lines below its line joined on} of `func`'s signature"
+    import inspect, re
+    f = inspect.unwrap(func)
+    names,res,cur = set(inspect.signature(f).parameters),{},None
+    for l in inspect.getsource(f).splitlines()[1:]:
+        if re.match(r'\s*\)', l): break
+        if m := re.match(r'\s*#\s?(.*)$', l):
+            if cur: res[cur] = f"{res.get(cur, '')} {m[1].strip()}".strip()
+            continue
+        m = re.match(r'\s*(\w+)\s*[:=,]', l); cur = m[1] if m and m[1] in names else None
+        if cur and '#' in l: res[cur] = l.split('#', 1)[1].strip()
+    return res
+
+def parser(func, prog:str):
+    "fastcore's `anno_parser` of `func` named `prog`, each flag's help its whole comment (`whole_docments`) and its default"
+    import argparse
+    p,docs = anno_parser(func, prog=prog),whole_docments(func)
+    for a in p._actions:
+        if a.dest not in docs: continue
+        d = docs[a.dest].replace('%', '%%')
+        flag = isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+        a.help = d + ('' if flag or a.default is None or 'default' in d.lower() else f" (default: {a.default})")
+    return p
+
+@contextmanager
+def refusing(prog:str):
+    "Run the block; a refusal of the library (`ValueError`, `OSError`, `MemoryError`) ends the process with one line: '`prog`: why'"
+    try: yield
+    except (ValueError, OSError, MemoryError) as e:
+        if os.environ.get('FGT_TRACEBACK'): raise
+        sys.exit(f"{prog}: {e}")
 
 # %% ../nbs/08a_cli.ipynb #576c50eb
 if __name__ == '__main__': prep()  # `python -m fastai_gpu_tabular.cli` is `fgt-prep`
@@ -95,5 +130,8 @@ def train():
     (`_exit_now`; a rank of a launch ends as Python ends it, after its collectives)"""
     a = sys.argv[1:]
     if (n := _num_processes(a)) > 1 and 'RANK' not in os.environ and not {'-h', '--help'} & set(a): sys.exit(train_ranks(n, a))
-    runpy.run_module('fastai_gpu_tabular.train', run_name='__main__', alter_sys=True)  # as `python -m`: `call_parse` reads the flags
+    import fastcore.script as fs
+    fs.anno_parser = lambda func, prog=None, pos=None: parser(func, 'fgt-train')  # `call_parse`'s: the whole help, `usage: fgt-train`
+    try: runpy.run_module('fastai_gpu_tabular.train', run_name='__main__', alter_sys=True)  # as `python -m`: `call_parse` reads the flags
+    finally: fs.anno_parser = anno_parser
     if int(os.environ.get('WORLD_SIZE', 1)) == 1: _exit_now()

@@ -12,7 +12,7 @@ from fastai.learner import SkipToEpoch
 from dataclasses import dataclass
 from torch.nn.parallel import DistributedDataParallel
 from accelerate.utils import DistributedDataParallelKwargs, DDPCommunicationHookType
-from .backend import replacing
+from .backend import replacing, counted
 from .comm import rank_world, distributed, dist_device, gather_rows, all_gather_cat, broadcast_object, mean_over_ranks
 from .loader import BatchDataLoader
 from .recorder import allowed_sync
@@ -344,11 +344,12 @@ class Checkpoint(Callback):
             f"{self.resume}: its optimizer state does not fit this optimizer ({e}): resume with the optimizer that wrote it") from None
         scaler = getattr(self.learn, 'scaler', None)
         if scaler is not None and 'scaler' in st: scaler.load_state_dict(st['scaler'])
-        if st['n_epoch'] != self.n_epoch: warn(f"resuming a run of {st['n_epoch']} epochs with {self.n_epoch}: the schedule differs")
+        if st['n_epoch'] != self.n_epoch:
+            warn(f"resuming a run of {counted(st['n_epoch'], 'epoch')} with {self.n_epoch}: the schedule differs")
         was,now = (st.get('bs'), st.get('world_size')),(self.dls.train.bs, max(num_distrib(), 1))
         if was[0] is not None and was != now:
-            warn(f"resuming a run at bs={was[0]} on {was[1]} process(es) with bs={now[0]} on {now[1]}: the batches and the steps "
-                 f"differ from the interrupted run, so it will not end where the whole run would")
+            warn(f"resuming a run at bs={was[0]} on {counted(was[1], 'process', 'processes')} with bs={now[0]} on {now[1]}: the batches "
+                 "and the steps differ from the interrupted run, so it will not end where the whole run would")
         self.pos,self.skipper = st,SkipToEpoch(st['epoch'])  # fastai's `fit(start_epoch=...)` skips epochs this way
         self.learn.add_cb(self.skipper)
 

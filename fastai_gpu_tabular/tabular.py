@@ -444,7 +444,7 @@ def check_destination(path:Path, overwrite:bool, marker:str='dataset.json', what
     `marker`) or an empty one"""
     if not path.exists(): return
     if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a folder: pass another `path` (nothing was written)")
-    if not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` to replace it")
+    if not overwrite: raise FileExistsError(f"{path} exists: pass `overwrite=True` (`--overwrite`) to replace it, or another `path`")
     if not (path/marker).exists() and (held := sorted(o.name for o in path.iterdir())):
         raise FileExistsError(f"{path} is not {what} (no {marker}) and holds {', '.join(held[:5])}"
                               + (' ...' if len(held) > 5 else '')

@@ -9,7 +9,7 @@ from fastcore.script import is_cli
 from contextlib import contextmanager
 from fastai.tabular.all import *
 from fastai.distributed import *
-from .backend import gpu_available, read_frame, explode_elements, host_list, replacing, write_json, read_json
+from .backend import gpu_available, read_frame, explode_elements, host_list, replacing, write_json, read_json, counted
 from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
@@ -21,7 +21,7 @@ from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_ch
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
 from .loader import device_bytes_free
-from .cli import train_ranks
+from .cli import train_ranks, parser, refusing
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
@@ -184,7 +184,10 @@ def pick_lr(learn, out, opt:str, resume:bool=False, sparse:bool=False)->float:
     """A run's learning rate given none: with row-sparse tables (`sparse`) `SPARSE_LR`; else `lr_find`'s valley in one process, under a
     launcher a rule (LAMB 5e-3 at 1,024 rows, Adam 2e-3 at 64, square-root scaled); kept in `out`/lr.json for `--resume`"""
     fn = Path(out)/'lr.json'
-    if resume and fn.exists(): return read_json(fn, "remove it (the run's `--lr` is then chosen again), or pass `--lr`")['lr']
+    if resume and fn.exists():
+        d = read_json(fn, "remove it (the run's `--lr` is then chosen again), or pass `--lr`")
+        if not rank_distrib(): print(f"learning rate {d['lr']:.3g} (the run's: {fn})")
+        return d['lr']
     world,bs = max(num_distrib(), 1),learn.dls.train.bs
     if sparse: lr,how = SPARSE_LR,'the row-sparse tables\' rule'
     elif num_distrib():  # under a launcher: lr_find on one rank would meet the others' collectives; a rule every rank computes alike
@@ -193,7 +196,9 @@ def pick_lr(learn, out, opt:str, resume:bool=False, sparse:bool=False)->float:
         epoch = learn.dls.train.epoch  # lr_find draws batches: the run's epochs must not move
         with learn.no_bar(), learn.no_logging(): lr,how = float(learn.lr_find(show_plot=False).valley),"lr_find's valley"
         learn.dls.train.epoch = epoch
-    if not rank_distrib(): fn.parent.mkdir(parents=True, exist_ok=True); write_json(fn, dict(lr=lr, how=how), indent=None)
+    if not rank_distrib():
+        fn.parent.mkdir(parents=True, exist_ok=True); write_json(fn, dict(lr=lr, how=how), indent=None)
+        print(f"learning rate {lr:.3g} ({how}; `--lr` sets one)")
     return lr
 
 # %% ../nbs/08_train.ipynb #936a4bfa
@@ -234,7 +239,7 @@ def finished(out:Path, epochs:int, resume:bool)->bool:
     if not resume: return False
     if not ck.exists(): raise FileNotFoundError(f"`resume`: no checkpoint at {ck}")
     if (st := load_checkpoint(ck, 'cpu'))['epoch'] < epochs: return False
-    print(f"`resume`: {ck} is of a finished run ({st['epoch']} epochs): nothing to train, and {out/'metrics.json'} is left "
+    print(f"`resume`: {ck} is of a finished run ({counted(st['epoch'], 'epoch')}): nothing to train, and {out/'metrics.json'} is left "
           f"as it is; pass more `--epochs` to train on, or a new `--out`")
     return True
 
@@ -415,8 +420,8 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
     if cuda_graph == 'auto':
         packed = without_ddp(world, res['emb_opt'][0] if 'emb_opt' in res else emb_opt, sync_bn)
         on = cuda and packed and rows*epochs >= GRAPH_MIN_ROWS
-        res['cuda_graph'] = (on, f"{world} process(es) on {torch.device(device).type}{'' if packed else ' under DDP'}, "
-                                 f"{rows*epochs:,} rows to train")
+        res['cuda_graph'] = (on, f"{counted(world, 'process', 'processes')} on {torch.device(device).type}"
+                                 f"{'' if packed else ' under DDP'}, {rows:,} training rows x {counted(epochs, 'epoch')}")
     return res
 
 def report_defaults(chosen:dict, emb_dim:str|None=None):
@@ -491,7 +496,7 @@ def report_step(learn, out:Path, ph, timer, final, **info)->dict:
     res.update(info, train_rows_s=rows/timer.seconds if timer.seconds else None, phases_s=ph.s, total_s=sum(ph.s.values()),
                saved_bytes=saved, save_gb_s=saved/ph.s['save']/1e9 if ph.s['save'] else None)
     write_json(out/'metrics.json', res)
-    print(f"{info['world_size']} process(es) on {torch.device(info['device']).type}: "
+    print(f"{counted(info['world_size'], 'process', 'processes')} on {torch.device(info['device']).type}: "
           + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names)
           + (f" (epoch {info['kept_epoch']+1} of {info['epochs']}: the lowest validation loss; `--last` keeps the last)"
              if info.get('kept_epoch') is not None else f" (the last epoch's)" if learn.recorder.metric_names[2:-1] else '')
@@ -508,11 +513,12 @@ def end_ranks():
     sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 
 def _ends_ranks(f):
-    "`f`, then `end_ranks` where a command line (`fgt-train`, `python -m fastai_gpu_tabular.train`) ran it"
+    "`f`, then `end_ranks`, where a command line (`fgt-train`, `python -m fastai_gpu_tabular.train`) ran it; its refusals in one line"
     @functools.wraps(f)
     def _g(*args, **kwargs):
-        res = f(*args, **kwargs)
-        if is_cli(): end_ranks()
+        if not is_cli(): return f(*args, **kwargs)
+        with refusing('fgt-train'): res = f(*args, **kwargs)  # a refusal: one line, exit status 1
+        end_ranks()
         return res
     return _g
 
@@ -645,8 +651,12 @@ def main(
                                 validate=not last and bool(dls.valid.n))
         if stop.stopped and not rank_distrib():  # what an interrupted run trained, and how fast: `--stop-after` times N batches
             out.mkdir(parents=True, exist_ok=True)
+            rate = timer.batches*bs*world/timer.seconds if timer.seconds else None
             write_json(out/'metrics.json', dict(stopped_after=timer.batches, world_size=world, bs=bs, phases_s=dict(ph.s,
-                train=timer.seconds), train_rows_s=timer.batches*bs*world/timer.seconds if timer.seconds else None))
+                train=timer.seconds), train_rows_s=rate))
+            print(f"stopped after {counted(timer.batches, 'training batch', 'training batches')} (`--stop-after`): {rate or 0:,.0f} "
+                  f"rows/s; "
+                  f"{ph}; `--resume --out {out}` goes on from its last checkpoint ({counted(ckpt.n_saves, 'save')})")
         if stop.stopped or rank_distrib(): return learn
         fit = ph.s.pop('fit')
         out_ck = ckpt.seconds-ckpt.train_seconds  # saves inside training phases (`--checkpoint-every`) count as training, as before
@@ -716,6 +726,5 @@ def warn_unseen(to, df, data, most:float=0.5):
 
 def predict_cli():
     "`fgt-predict`: `predict` with its arguments from the command line (a second `call_parse` here would also run under `python -m`)"
-    from fastcore.script import anno_parser
-    args = anno_parser(predict).parse_args().__dict__
-    predict(**{k: v for k,v in args.items() if k not in ('pdb', 'xtra')})
+    args = parser(predict, 'fgt-predict').parse_args().__dict__
+    with refusing('fgt-predict'): predict(**{k: v for k,v in args.items() if k not in ('pdb', 'xtra')})

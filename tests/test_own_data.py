@@ -1,6 +1,6 @@
 """Issue 82: your own data, the fastai way: one column inference on every reader, a run folder that loads and resumes by its name,
 predictions that carry an id. One test a finding (the item's number in its name); each failed before the change."""
-import json
+import json, re
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from fastai_gpu_tabular.train import main, predict
@@ -74,3 +74,37 @@ def test_08_predict_keeps_the_columns_asked_for(base, tmp_path):
     assert pd.read_parquet(tmp_path/'p.parquet').equals(p)
     with pytest.raises(ValueError, match="`keep`: no column 'id'"):
         predict(model=str(tmp_path/'r'), data=str(base), out=str(tmp_path/'q.parquet'), keep='id', cpu=True)
+
+def cli(cmd, *args):
+    "Run `fgt-train`/`fgt-prep`/`fgt-predict` with `args` in a new process: (exit status, stdout, stderr)"
+    import subprocess, sys
+    entry = dict(train='fastai_gpu_tabular.cli:train', prep='fastai_gpu_tabular.cli:prep', predict='fastai_gpu_tabular.train:predict_cli')
+    mod, fn = entry[cmd].split(':')
+    r = subprocess.run([sys.executable, '-c', f'import sys; sys.argv[0] = "fgt-{cmd}"; from {mod} import {fn}; {fn}()', *map(str, args)],
+                       capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+def test_06_help_is_whole_and_names_the_command():
+    rc, out, _ = cli('train', '--help')
+    flat = ' '.join(out.split())
+    assert rc == 0 and out.startswith('usage: fgt-train')
+    assert "'rowwise-adagrad' where the tables are large (`choose_defaults`), else 'dense'" in flat  # the comment's second line
+    assert "--last Keep the last epoch's weights (default: the epoch with the lowest validation loss) --mem-bytes" in flat  # no False
+    assert cli('predict', '--help')[1].startswith('usage: fgt-predict') and cli('prep', '--help')[1].startswith('usage: fgt-prep')
+
+def test_07_09_the_learning_rate_counts_and_a_stopped_run_are_said(base, tmp_path, capsys):
+    main(data=str(base), out=str(tmp_path/'r'), stop_after=5, **dict(C, **dict(FAST, lr=None, emb_opt='rowwise-adagrad', emb_rule='fixed')))
+    out = capsys.readouterr().out
+    assert "learning rate 0.01 (the row-sparse tables' rule; `--lr` sets one)" in out and '1 process on cpu' in out
+    assert 'process(es)' not in out and re.search(r'training rows x 1 epoch\)', out)
+    assert re.search(r'stopped after 5 training batches \(`--stop-after`\): [\d,]+ rows/s; .*`--resume --out .*r` goes on', out)
+
+def test_09_a_refusal_is_one_line_and_exit_status_1(base, tmp_path):
+    for cmd, args, msg in (('train', ['--data', tmp_path/'nope.parquet', '--out', tmp_path/'r'], "fgt-train: `data`: no file"),
+                           ('prep', ['--data', tmp_path/'nope.parquet', '--out', tmp_path/'p'], "fgt-prep: `data`: no file"),
+                           ('predict', ['--model', tmp_path/'none', '--data', base], 'fgt-predict: ')):
+        rc, _, err = cli(cmd, *args)
+        assert rc == 1 and err.strip().startswith(msg) and 'Traceback' not in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path/'p').mkdir(); (tmp_path/'p'/'x').write_text('x')
+    with pytest.raises(FileExistsError, match=r'pass `overwrite=True` \(`--overwrite`\)'):
+        prep(data=str(base), out=str(tmp_path/'p'), cpu=True, **C)
