@@ -132,6 +132,7 @@ def train():
     if (n := _num_processes(a)) > 1 and 'RANK' not in os.environ and not {'-h', '--help'} & set(a): sys.exit(train_ranks(n, a))
     import fastcore.script as fs
     fs.anno_parser = lambda func, prog=None, pos=None: parser(func, 'fgt-train')  # `call_parse`'s: the whole help, `usage: fgt-train`
-    try: runpy.run_module('fastai_gpu_tabular.train', run_name='__main__', alter_sys=True)  # as `python -m`: `call_parse` reads the flags
+    try:
+        with refusing('fgt-train'): runpy.run_module('fastai_gpu_tabular.train', run_name='__main__', alter_sys=True)  # as `python -m`
     finally: fs.anno_parser = anno_parser
     if int(os.environ.get('WORLD_SIZE', 1)) == 1: _exit_now()

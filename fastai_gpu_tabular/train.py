@@ -513,12 +513,11 @@ def end_ranks():
     sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 
 def _ends_ranks(f):
-    "`f`, then `end_ranks`, where a command line (`fgt-train`, `python -m fastai_gpu_tabular.train`) ran it; its refusals in one line"
+    "`f`, then `end_ranks` where a command line (`fgt-train`, `python -m fastai_gpu_tabular.train`) ran it"
     @functools.wraps(f)
     def _g(*args, **kwargs):
-        if not is_cli(): return f(*args, **kwargs)
-        with refusing('fgt-train'): res = f(*args, **kwargs)  # a refusal: one line, exit status 1
-        end_ranks()
+        res = f(*args, **kwargs)
+        if is_cli(): end_ranks()
         return res
     return _g
 
