@@ -1191,6 +1191,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.train.run_lock': ('train.html#run_lock', 'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.run_settings': ( 'train.html#run_settings',
                                                                                      'fastai_gpu_tabular/train.py'),
+                                          'fastai_gpu_tabular.train.save_loss_plot': ( 'train.html#save_loss_plot',
+                                                                                       'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.table_params': ( 'train.html#table_params',
                                                                                      'fastai_gpu_tabular/train.py'),
                                           'fastai_gpu_tabular.train.target_range': ( 'train.html#target_range',

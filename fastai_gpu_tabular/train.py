@@ -29,8 +29,8 @@ __all__ = ['RUN_FILES', 'MODEL_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPA
            'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr',
            'parse_layers', 'check_args', 'finished', 'run_lock', 'is_run', 'claim_out', 'replace_run', 'run_settings',
            'resume_settings', 'check_run', 'check_processed_names', 'read_step', 'table_params', 'without_ddp',
-           'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory', 'fit_step', 'report_step',
-           'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen', 'predict_cli']
+           'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory', 'fit_step',
+           'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen', 'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -269,7 +269,7 @@ def run_lock(out:Path):
     finally: fn.unlink(missing_ok=True)
 
 RUN_FILES = ('checkpoint.pth', 'checkpoint.tmp', 'checkpoint-*.safetensors', 'best.json', 'best.safetensors', 'best.tmp', 'lr.json',
-             'metrics.json', 'run.json', 'model', '.fgt-train.lock', '.*.tmp', '.model.tmp-*', '.model.old-*')
+             'metrics.json', 'loss.png', 'run.json', 'model', '.fgt-train.lock', '.*.tmp', '.model.tmp-*', '.model.old-*')
 MODEL_FILES = ('model.json', 'model.safetensors', 'procs')  # what `save_run` writes in `out`/model
 
 def is_run(out:Path)->bool:
@@ -487,8 +487,16 @@ def fit_step(learn, epochs:int, lr:float, cbs:list, stopped, ph, sync_bn:bool, b
         final = None if not validate or stopped() else kept if kept is not None else learn.validate()
         return final, (sparse.names if sparse is not None else [])
 
+def save_loss_plot(learn, fn):
+    "fastai's `plot_loss` of `learn` (the training loss by batch, the validation loss by epoch) as PNG file `fn`, written whole"
+    from matplotlib.figure import Figure  # not pyplot: no figure left open in the user's session
+    r,fig = learn.recorder,Figure(figsize=(7, 4))
+    valid = 'valid_loss' in r.metric_names and len(r.values) > 0 and all(v[1] is not None for v in r.values)
+    r.plot_loss(skip_start=min(5, len(r.losses)//10), with_valid=valid, show_epochs=True, ax=fig.subplots())
+    with replacing(fn) as tmp: fig.savefig(tmp, format='png', dpi=100)
+
 def report_step(learn, out:Path, ph, timer, final, **info)->dict:
-    "metrics.json (metrics, `info`, phases, bytes saved) and the printed summary of a run"
+    "metrics.json (metrics, `info`, phases, bytes saved), loss.png (`save_loss_plot`) and the printed summary of a run"
     saved = sum(f.stat().st_size for f in (out/'model').iterdir())
     vals = zip(learn.recorder.metric_names[2:-1], learn.recorder.values[-1][1:] if final is None else final)
     res = {k: float(v) for k,v in vals if v is not None}
@@ -496,6 +504,7 @@ def report_step(learn, out:Path, ph, timer, final, **info)->dict:
     res.update(info, train_rows_s=rows/timer.seconds if timer.seconds else None, phases_s=ph.s, total_s=sum(ph.s.values()),
                saved_bytes=saved, save_gb_s=saved/ph.s['save']/1e9 if ph.s['save'] else None)
     write_json(out/'metrics.json', res)
+    save_loss_plot(learn, out/'loss.png')
     print(f"{counted(info['world_size'], 'process', 'processes')} on {torch.device(info['device']).type}: "
           + ', '.join(f'{k} {v:.4f}' for k,v in res.items() if k in learn.recorder.metric_names)
           + (f" (epoch {info['kept_epoch']+1} of {info['epochs']}: the lowest validation loss; `--last` keeps the last)"

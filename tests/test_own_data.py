@@ -108,3 +108,8 @@ def test_09_a_refusal_is_one_line_and_exit_status_1(base, tmp_path):
     (tmp_path/'p').mkdir(); (tmp_path/'p'/'x').write_text('x')
     with pytest.raises(FileExistsError, match=r'pass `overwrite=True` \(`--overwrite`\)'):
         prep(data=str(base), out=str(tmp_path/'p'), cpu=True, **C)
+
+def test_a_run_folder_holds_its_loss_curves(base, tmp_path):
+    main(data=str(base), out=str(tmp_path/'r'), **C, **dict(FAST, epochs=2))
+    png = (tmp_path/'r'/'loss.png').read_bytes()
+    assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10_000
