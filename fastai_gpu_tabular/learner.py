@@ -15,10 +15,12 @@ from .tabular import *
 from .loader import *
 from .recorder import *
 from .model import *
-from .optimizer import SparseEmbedOpt, SPARSE_RULES
+from .optimizer import SparseEmbedOpt, SPARSE_RULES, ForeachLamb, ExcludeEmbeddings
+from .graph import CudaGraph
 
 # %% auto #0
-__all__ = ['rmse', 'LR_FIND_CHECK', 'RUN_FORMAT', 'MSELossFlat64', 'tabular_learner', 'save_run', 'load_run']
+__all__ = ['rmse', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'LAMB_MIN_ROWS', 'GRAPH_MIN_ROWS', 'LR_FIND_CHECK', 'RUN_FORMAT',
+           'MSELossFlat64', 'table_params', 'big_tables', 'tabular_learner', 'save_run', 'load_run']
 
 # %% ../nbs/05_learner.ipynb #a76ad92c
 _fai_contiguous = BaseLoss._contiguous
@@ -45,20 +47,50 @@ def _rmse(inp, targ): return torch.sqrt(F.mse_loss(inp.double(), targ.double()))
 rmse = AccumMetric(_rmse)  # fastai's `rmse`, summed in float64
 rmse.__doc__ = "fastai's `rmse` (`AccumMetric`), in float64: the same value, and a finite one for targets near 1e18"
 
+# %% ../nbs/05_learner.ipynb #f0b53d80
+SPARSE_MIN_PARAMS = 2**24  # embedding parameters (by fastai's widths) from which the tables are row-sparse and 16 wide by default
+SPARSE_LR = 1e-2  # the maximum learning rate of a run with row-sparse tables given none (`lr_find`'s valley: 2.75e-4, under the baseline)
+LAMB_MIN_ROWS = 16_384  # rows a step (all processes) from which LAMB, and bf16 on a GPU that has it, are the defaults
+GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which GPUs replay CUDA graphs by default: they pay their capture
+
+def table_params(to, widths:dict, layers:list, n_out:int)->tuple:
+    "(parameters in the embedding tables, parameters in all) of `to`'s model with fastai's widths (`widths` overriding), estimated"
+    names = list(to.cat_names)
+    w = {n: emb_sz_rule(len(to.classes[n])) for n in names} | dict(widths)
+    emb,sizes = sum(len(to.classes[n])*w[n] for n in names),[sum(w.values()) + len(to.cont_names), *layers, n_out]
+    return emb, emb + sum(a*b for a,b in zip(sizes[:-1], sizes[1:]))
+
+def big_tables(to, widths:dict, layers:list, n_out:int)->tuple:
+    """(whether the tables are best row-sparse and 16 wide, why): where fastai's widths (`widths` overriding) would put over half the
+    parameters, and at least `SPARSE_MIN_PARAMS`, in the embedding tables"""
+    emb,total = table_params(to, widths, layers, n_out)
+    why = f"fastai's widths would give {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
+    return emb >= SPARSE_MIN_PARAMS and emb > total/2, why
+
 # %% ../nbs/05_learner.ipynb #f2fa22aa
 @delegates(_fai_tabular_learner)
 def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:dict|None=None, n_out:int|None=None, y_range:tuple|None=None,
                     mh_mode:str='sum', # How multi-hot bags combine their embeddings: 'sum' or 'mean'
                     fast:bool=True, # `FastTabularModel`; False: fastai's `TabularModel` (`TabularModelMH` with multi-hot columns)
                     show_every:int=25, # Batches between two refreshes of the progress bar's loss (`DeviceRecorder`)
-                    emb_opt:str|None=None, # Row-sparse tables stepped by `SparseEmbedOpt` with this rule ('rowwise-adagrad', 'adagrad',
-                                           # 'lazy-adam'), `opt_func` the rest; None or 'dense': `opt_func` all (fastai's)
-                    **kwargs):
+                    emb_opt:str|None='auto', # Row-sparse tables stepped by `SparseEmbedOpt` with this rule ('rowwise-adagrad', 'adagrad',
+                                             # 'lazy-adam'), `opt_func` the rest; None or 'dense': `opt_func` all (fastai's); 'auto':
+                                             # 'rowwise-adagrad' and 16 wide (`emb_szs` overrides) where `big_tables`, else dense
+                    precision:str='auto', # 'fp32', 'bf16' (`to_bf16`), 'fp16' (`to_fp16`); 'auto': bf16 on a GPU that has it from
+                                          # `LAMB_MIN_ROWS` rows a step
+                    cuda_graph:bool|str='auto', # `CudaGraph` in the learner's callbacks; 'auto': on a GPU from `GRAPH_MIN_ROWS`
+                                                # training rows
+                    **kwargs # fastai's: `opt_func` (default LAMB from `LAMB_MIN_ROWS` rows a step, else Adam), `lr`, `metrics`, `cbs`...
+                   ):
     """fastai's `tabular_learner` with `FastTabularModel` (fastai's if not `fast`), multi-hot columns, `DeviceRecorder` and `SplitExtras`;
-    `emb_opt` gives the tables row-sparse gradients and steps (`config['sparse']` and `SparseEmbedOpt` in one keyword)"""
+    `emb_opt` gives the tables row-sparse gradients and steps (`config['sparse']` and `SparseEmbedOpt` in one keyword). What is left
+    to it, it chooses from the data and the device as `fgt-train` does, saying so in one line"""
+    layers = ifnone(layers, [200,100])
+    n_out = ifnone(n_out, get_c(dls))
+    emb_opt,emb_szs,said = _fast_defaults(dls, layers, emb_szs, n_out, fast, emb_opt, cuda_graph, kwargs)
     if emb_opt not in (None, 'dense'):
         if emb_opt not in SPARSE_RULES:
-            raise ValueError(f"`emb_opt` must be None, 'dense' or one of {', '.join(SPARSE_RULES)}, not {emb_opt!r}")
+            raise ValueError(f"`emb_opt` must be None, 'dense' or one of {', '.join(SPARSE_RULES)}, or 'auto', not {emb_opt!r}")
         if not fast: raise ValueError(f"`emb_opt` {emb_opt!r} steps `FastTabularModel`'s packed tables: leave `fast` True")
         config = dict(ifnone(config, tabular_config()), sparse=True)
         kwargs['opt_func'] = partial(SparseEmbedOpt, opt_func=kwargs.get('opt_func', Adam), rule=emb_opt)
@@ -73,9 +105,8 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
         per_target_range(learn.model, y_range)
         learn = learn.record_on_device(show_every).plain_loss()
         learn.model_args = args  # what `save_run` writes, to build the same model again
-        return learn
-    config,layers,sz = ifnone(config, tabular_config()),ifnone(layers, [200,100]),ifnone(emb_szs, {})
-    n_out = ifnone(n_out, get_c(dls))
+        return _precision(learn, precision, said)
+    config,sz = ifnone(config, tabular_config()),ifnone(emb_szs, {})
     if not n_out: raise ValueError("`n_out` is not defined and could not be inferred from the data: pass `n_out`")
     if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
     with dev:
@@ -89,6 +120,41 @@ def tabular_learner(dls, layers:list|None=None, emb_szs:dict|None=None, config:d
                          "opt_func=<your optimizer>, rule='lazy-adam')` (or 'adagrad', 'rowwise-adagrad')")
     learn = TabularLearner(dls, model, **kwargs).record_on_device(show_every).plain_loss()
     learn.model_args = args
+    return _precision(learn, precision, said)
+
+def _fast_defaults(dls, layers:list, emb_szs:dict|None, n_out:int, fast:bool, emb_opt, cuda_graph, kwargs:dict)->tuple:
+    """(emb_opt, emb_szs, {choice: why}) of `tabular_learner`, with `kwargs`' `opt_func`, `lr` and `cbs` set where left to it:
+    `fgt-train`'s rules (`big_tables`, `LAMB_MIN_ROWS`, `GRAPH_MIN_ROWS`)"""
+    said,to = {},dls.train_ds
+    rows,dev = dls.train.bs*max(num_distrib(), 1),torch.device(getattr(dls.train, 'device', None) or 'cpu')
+    if emb_opt == 'auto':
+        big,why = big_tables(to, emb_szs or {}, layers, n_out) if fast and n_out and hasattr(to, 'classes') else (False, '')
+        emb_opt = 'rowwise-adagrad' if big else None
+        if big:
+            emb_szs = {n: 16 for n in to.cat_names} | dict(emb_szs or {})
+            said['tables'] = f"row-sparse ('rowwise-adagrad') and 16 wide ({why})"
+            if kwargs.get('lr') is None: kwargs['lr'] = SPARSE_LR; said['lr'] = f"lr {SPARSE_LR:g} (the row-sparse tables' rule)"
+    if kwargs.get('opt_func') is None and rows >= LAMB_MIN_ROWS:
+        kwargs['opt_func'] = ForeachLamb; kwargs['cbs'] = L(kwargs.get('cbs')) + ExcludeEmbeddings()
+        said['opt'] = f"LAMB ({rows:,} rows a step)"
+    if cuda_graph == 'auto':
+        cuda_graph = dev.type == 'cuda' and (num_distrib() < 2 or emb_opt not in (None, 'dense')) and dls.train.n >= GRAPH_MIN_ROWS
+        if cuda_graph: said['graphs'] = f"CUDA graphs ({dls.train.n:,} training rows)"
+    if cuda_graph: kwargs['cbs'] = L(kwargs.get('cbs')) + CudaGraph()
+    return emb_opt,emb_szs,said
+
+def _precision(learn, precision:str, said:dict):
+    "`learn` in `precision` (bf16 on a GPU that has it from `LAMB_MIN_ROWS` rows a step, if 'auto'); `said` printed in one line"
+    if precision not in ('auto', 'fp32', 'bf16', 'fp16'):
+        raise ValueError(f"`precision` must be 'auto', 'fp32', 'bf16' or 'fp16', not {precision!r}")
+    dev,rows = torch.device(getattr(learn.dls.train, 'device', None) or 'cpu'),learn.dls.train.bs*max(num_distrib(), 1)
+    if precision == 'auto':
+        precision = 'bf16' if dev.type == 'cuda' and rows >= LAMB_MIN_ROWS and torch.cuda.is_bf16_supported() else 'fp32'
+        if precision == 'bf16': said['precision'] = f"bf16 ({rows:,} rows a step)"
+    if precision == 'bf16': learn.to_bf16()
+    if precision == 'fp16': learn.to_fp16()
+    if said and not rank_distrib(): print(f"tabular_learner: {'; '.join(said.values())}; `emb_opt`, `emb_szs`, `lr`, `opt_func`, "
+                                          "`precision` and `cuda_graph` choose others")
     return learn
 
 # %% ../nbs/05_learner.ipynb #9cccca60
@@ -220,6 +286,6 @@ def load_run(
     if 'act_cls' in cfg: cfg['act_cls'] = getattr(nn, cfg['act_cls'])(**({'inplace': True} if cfg['act_cls']=='ReLU' else {}))
     rule = (d.get('sparse_rule') or 'lazy-adam') if cfg.pop('sparse', False) else None  # a row-sparse model loads with its rule
     learn = tabular_learner(dls, layers=m['layers'], emb_szs=m['emb_szs'], config=cfg or None, n_out=m['n_out'], y_range=m['y_range'],
-                            mh_mode=m['mh_mode'], fast=m['fast'], emb_opt=rule)
+                            mh_mode=m['mh_mode'], fast=m['fast'], emb_opt=rule, opt_func=Adam, precision='fp32', cuda_graph=False)
     load_weights(learn.model, path/'model.safetensors', dev)
     return learn

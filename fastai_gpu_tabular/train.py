@@ -14,6 +14,7 @@ from .procs import Categorify, FillMissing, Normalize
 from .tabular import TabularGPU, save_procs, RandomRowSplit
 from .data import read_data, parse_sizes, categorify
 from .learner import tabular_learner, save_run, load_run, rmse
+from .learner import SPARSE_MIN_PARAMS, SPARSE_LR, LAMB_MIN_ROWS, GRAPH_MIN_ROWS, table_params, big_tables
 from .model import save_weights, load_weights, link_weights, warm_triton
 from .optimizer import ForeachLamb, ExcludeEmbeddings, SparseEmbedOpt, SPARSE_RULES, large_batch_lr
 from .graph import CudaGraph
@@ -25,12 +26,12 @@ from .cli import train_ranks, parser, refusing
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'MODEL_FILES', 'RUN_SETTINGS', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'GRAPH_MIN_ROWS', 'TrainTimer', 'Phases',
-           'KeepBest', 'parse_metrics', 'auto_bs', 'baseline', 'report_baseline', 'target_range', 'pick_lr',
-           'parse_layers', 'check_args', 'finished', 'run_lock', 'is_run', 'claim_out', 'replace_run', 'run_settings',
-           'resume_settings', 'check_run', 'check_processed_names', 'read_step', 'table_params', 'without_ddp',
-           'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory', 'fit_step',
-           'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen', 'predict_cli']
+__all__ = ['RUN_FILES', 'MODEL_FILES', 'RUN_SETTINGS', 'TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline',
+           'report_baseline', 'target_range', 'pick_lr', 'parse_layers', 'check_args', 'finished', 'run_lock', 'is_run',
+           'claim_out', 'replace_run', 'run_settings', 'resume_settings', 'check_run', 'check_processed_names',
+           'read_step', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory',
+           'fit_step', 'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen',
+           'predict_cli']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -386,17 +387,6 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
     return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
 
 # %% ../nbs/08_train.ipynb #afab2bc0
-SPARSE_MIN_PARAMS = 2**24  # embedding parameters (by fastai's widths) from which the tables are row-sparse and 16 wide by default
-SPARSE_LR = 1e-2  # the maximum learning rate of a run with row-sparse tables given none (`lr_find`'s valley: 2.75e-4, under the baseline)
-GRAPH_MIN_ROWS = 10_000_000  # training rows (all epochs) from which GPUs replay CUDA graphs by default: they pay their capture
-
-def table_params(to, emb_dim:str|None, layers:str, n_out:int)->tuple:
-    "(parameters in the embedding tables, parameters in all) of `to`'s model with fastai's widths (`emb_dim` overriding), estimated"
-    names = list(to.cat_names)
-    w = {n: emb_sz_rule(len(to.classes[n])) for n in names} | parse_sizes(emb_dim, names)
-    emb,sizes = sum(len(to.classes[n])*w[n] for n in names),[sum(w.values()) + len(to.cont_names), *parse_layers(layers), n_out]
-    return emb, emb + sum(a*b for a,b in zip(sizes[:-1], sizes[1:]))
-
 def without_ddp(world:int, emb_opt:str, sync_bn:bool)->bool:
     "Whether each process trains the model itself, not DDP's (one process, or row-sparse tables without `sync_bn`): CUDA graphs can"
     return world == 1 or (emb_opt != 'dense' and not sync_bn)
@@ -407,14 +397,13 @@ def choose_defaults(to, device, world:int, bs:int, rows:int, epochs:int, n_out:i
     'fixed') when fastai's widths would put over half the parameters and `SPARSE_MIN_PARAMS` in the tables; bf16 on a GPU that has it
     from 16,384 rows a step; CUDA graphs on GPUs from `GRAPH_MIN_ROWS` rows to train, on one or on several without DDP (row-sparse
     tables, no `sync_bn`). {setting: (value, why)} of those chosen"""
-    res,(emb,total) = {},table_params(to, emb_dim, layers, n_out)
-    big = not fastai_model and emb >= SPARSE_MIN_PARAMS and emb > total/2
-    why = f"fastai's widths would give {total:,} parameters, {emb/max(total, 1):.0%} in the tables"
+    res,(big,why) = {},big_tables(to, parse_sizes(emb_dim, list(to.cat_names)), parse_layers(layers), n_out)
+    big = big and not fastai_model
     if emb_opt == 'auto': res['emb_opt'] = ('rowwise-adagrad' if big else 'dense', why)
     if emb_rule == 'auto': res['emb_rule'] = ('fixed' if big else 'fastai', why)
     cuda = torch.device(device).type == 'cuda'
     if precision == 'auto':
-        bf16 = cuda and bs*world >= 16_384 and torch.cuda.is_bf16_supported()
+        bf16 = cuda and bs*world >= LAMB_MIN_ROWS and torch.cuda.is_bf16_supported()
         on = 'a GPU with bf16' if bf16 else torch.device(device).type
         res['precision'] = ('bf16' if bf16 else 'fp32', f"{bs*world:,} rows a step on {on}")
     if cuda_graph == 'auto':
@@ -451,11 +440,9 @@ def build_step(dls, to, y_block:str, layers:str, emb_dim:str|None, no_bn:bool, f
     learn = tabular_learner(dls, layers=parse_layers(layers), emb_szs=emb_sizes(emb_dim, emb_rule, list(to.cat_names)),
                             config=tabular_config(use_bn=not no_bn, bn_cont=not no_bn), emb_opt=emb_opt,
                             fast=not fastai_model, opt_func=ForeachLamb if opt=='lamb' else Adam, metrics=metrics, path=out, model_dir='.',
-                            y_range=target_range(to) if y_block=='regression' else None)
+                            y_range=target_range(to) if y_block=='regression' else None, precision=precision, cuda_graph=False)
     if opt=='lamb': learn.add_cb(ExcludeEmbeddings())
-    if precision=='bf16': learn.to_bf16()
-    if precision=='fp16': learn.to_fp16()
-    return learn
+    return learn  # CUDA graphs: `fit_step`'s callback (`main` counts its replays)
 
 def model_memory(model, device, flags:str='`--emb-dim`, `--freq-threshold` or `--max-size`', emb_opt:str='dense')->dict:
     """Parameters (all, in embedding tables) and bytes of weights, gradients and optimizer state (two moments; the tables' by
@@ -491,8 +478,9 @@ def save_loss_plot(learn, fn):
     "fastai's `plot_loss` of `learn` (the training loss by batch, the validation loss by epoch) as PNG file `fn`, written whole"
     from matplotlib.figure import Figure  # not pyplot: no figure left open in the user's session
     r,fig = learn.recorder,Figure(figsize=(7, 4))
-    valid = 'valid_loss' in r.metric_names and len(r.values) > 0 and all(v[1] is not None for v in r.values)
-    r.plot_loss(skip_start=min(5, len(r.losses)//10), with_valid=valid, show_epochs=True, ax=fig.subplots())
+    valid = 'valid_loss' in r.metric_names and len(r.values) == len(r.iters) > 0 and all(len(v) > 1 and v[1] is not None for v in r.values)
+    try: r.plot_loss(skip_start=min(5, len(r.losses)//10), with_valid=valid, show_epochs=True, ax=fig.subplots())
+    except Exception as e: return warn(f"{fn} not written: fastai's `plot_loss` failed ({type(e).__name__}: {e})")  # a plot loses no run
     with replacing(fn) as tmp: fig.savefig(tmp, format='png', dpi=100)
 
 def report_step(learn, out:Path, ph, timer, final, **info)->dict:
@@ -620,7 +608,7 @@ def main(
         dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda', seed, device, bs, valid_pct, mem_bytes,
                                              [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
                                              cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
-        if opt == 'auto': opt = 'lamb' if bs*world >= 16_384 else 'adam'  # LAMB is for large batches; Adam trains small ones better
+        if opt == 'auto': opt = 'lamb' if bs*world >= LAMB_MIN_ROWS else 'adam'  # LAMB is for large batches; Adam trains small ones better
         metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
         if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
         base = baseline(to, y_block, data)

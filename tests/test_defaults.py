@@ -26,7 +26,7 @@ def test_a_click_log_gets_row_sparse_16_wide_tables_and_movielens_keeps_fastais(
     got = choose_defaults(fake_to(cards), **CHOOSE)
     assert got['emb_opt'][0] == 'rowwise-adagrad' and got['emb_rule'][0] == 'fixed' and '% in the tables' in got['emb_opt'][1]
     assert got['precision'][0] == 'fp32' and got['cuda_graph'][0] is False  # on the CPU
-    emb, total = table_params(fake_to(cards), None, '512,256', 2)
+    emb, total = table_params(fake_to(cards), {}, [512, 256], 2)
     assert 1e9 < total < 2e9 and emb / total > 0.99  # as the 1.21B parameters a user got with no flag
     ml = movielens_tabular(movielens_sample(gpu=False))  # the default run's data: 2.5M parameters, dense tables as before
     got = choose_defaults(ml, **dict(CHOOSE, bs=64, rows=80_000))

@@ -113,3 +113,22 @@ def test_a_run_folder_holds_its_loss_curves(base, tmp_path):
     main(data=str(base), out=str(tmp_path/'r'), **C, **dict(FAST, epochs=2))
     png = (tmp_path/'r'/'loss.png').read_bytes()
     assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10_000
+
+def test_03_tabular_learner_chooses_what_fgt_train_chooses(capsys):
+    "60k ids (fastai's widths would give 45M parameters) get row-sparse 16-wide tables and their lr; LAMB at 16,384 rows a step"
+    from fastai_gpu_tabular.all import TabularGPU, Categorify, Normalize, CategoryBlock, RandomRowSplit, tabular_learner, SparseEmbedOpt
+    from fastai_gpu_tabular.learner import SPARSE_LR
+    from fastai_gpu_tabular.optimizer import ExcludeEmbeddings
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({'user': rng.integers(0, 60_000, 200_000), 'item': rng.integers(0, 500, 200_000), 'x': rng.normal(size=200_000),
+                       'y': rng.integers(0, 2, 200_000)})
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['user', 'item'], cont_names=['x'], y_names='y',
+                    y_block=CategoryBlock(), splits=RandomRowSplit(0.1))
+    learn = tabular_learner(to.dataloaders(bs=16_384, device='cpu'))
+    out = capsys.readouterr().out
+    assert learn.model.sparse and learn.lr == SPARSE_LR and [e.embedding_dim for e in learn.model.embeds] == [16, 16]
+    assert learn.opt_func.func is SparseEmbedOpt and learn.opt_func.keywords['rule'] == 'rowwise-adagrad'
+    assert any(isinstance(c, ExcludeEmbeddings) for c in learn.cbs)  # LAMB's, at 16,384 rows a step
+    assert "tabular_learner: row-sparse ('rowwise-adagrad') and 16 wide (fastai's widths would give" in out and 'LAMB (16,384 rows' in out
+    small = tabular_learner(to.dataloaders(bs=512, device='cpu'), emb_szs={'user': 4, 'item': 4})  # small tables: fastai's flow
+    assert not small.model.sparse and small.opt_func is not learn.opt_func and 'tabular_learner' not in capsys.readouterr().out
