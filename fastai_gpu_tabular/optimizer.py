@@ -188,6 +188,7 @@ class ExcludeEmbeddings(Callback):
                           # that starts at 0 otherwise grows by the ratio of its own size, too slowly for runs of few large batches
     ): super().__init__(); self.biases = biases
     def before_fit(self):
+        if self.opt is None: return  # `validate` or `get_preds` before any fit: no optimizer to set
         if not isinstance(getattr(self.opt, 'dense', self.opt), ForeachLamb):  # `SparseEmbedOpt`: its dense optimizer
             raise TypeError(f"`ExcludeEmbeddings` needs `opt_func=ForeachLamb`, not {type(self.opt).__name__}")
         emb = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for p in m.parameters()}

@@ -132,3 +132,13 @@ def test_03_tabular_learner_chooses_what_fgt_train_chooses(capsys):
     assert "tabular_learner: row-sparse ('rowwise-adagrad') and 16 wide (fastai's widths would give" in out and 'LAMB (16,384 rows' in out
     small = tabular_learner(to.dataloaders(bs=512, device='cpu'), emb_szs={'user': 4, 'item': 4})  # small tables: fastai's flow
     assert not small.model.sparse and small.opt_func is not learn.opt_func and 'tabular_learner' not in capsys.readouterr().out
+
+def test_03_a_large_batch_learner_validates_before_any_fit():
+    "LAMB's `ExcludeEmbeddings` (chosen at 16,384 rows a step) found no optimizer in `validate` before a fit"
+    from fastai_gpu_tabular.all import TabularGPU, Categorify, Normalize, CategoryBlock, RandomRowSplit, tabular_learner
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({'user': rng.integers(0, 600, 40_000), 'x': rng.normal(size=40_000), 'y': rng.integers(0, 2, 40_000)})
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['user'], cont_names=['x'], y_names='y', y_block=CategoryBlock(),
+                    splits=RandomRowSplit(0.5))
+    learn = tabular_learner(to.dataloaders(bs=16_384, device='cpu'), layers=[8])
+    assert np.isfinite(float(learn.validate()[0]))
