@@ -13,6 +13,23 @@ from nbdev.config import get_config
 from nbdev.quarto import refresh_quarto_yml, nbdev_sidebar
 from nbdev.doclinks import _build_modidx
 from nbdev.serve import proc_nbs
+import fastcore.docments as _fd
+
+_docments = _fd.docments
+def whole_docments(elt, full=False, **kwargs):
+    "fastcore's `docments`, a function's parameters' comments whole (the lines below each joined on), as `--help` shows them"
+    import inspect
+    from fastai_gpu_tabular.cli import whole_docments as whole
+    res = _docments(elt, full=full, **kwargs)
+    if not inspect.isfunction(elt): return res  # the notebooks' functions: defined in the docs build's shell (`__main__`), or ours
+    try: docs = whole(elt)
+    except (OSError, TypeError): return res
+    for k,v in docs.items():
+        if k not in res: continue
+        if full: res[k]['docment'] = v
+        else: res[k] = v
+    return res
+_fd.docments = whole_docments  # `show_doc`'s tables (fastcore's renderer looks the name up in its module)
 
 _dir = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*)$')
 
@@ -74,6 +91,7 @@ def main(check=False):
         built.append((nb, out_file or re.sub(r'^\d+[a-zA-Z0-9]*_', '', p.stem) + '.html', title))
     pages = [(f, t) for _, f, t in built]
     c = Config(); c.TagRemovePreprocessor.remove_input_tags = {'remove_input'}; c.TagRemovePreprocessor.enabled = True
+    c.TemplateExporter.exclude_input_prompt = c.TemplateExporter.exclude_output_prompt = True  # no `In [ ]:` / `Out[4]:`
     exp = HTMLExporter(config=c, template_name='lab')
     for nb, f, t in built:
         body, _ = exp.from_notebook_node(nb)
