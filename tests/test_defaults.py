@@ -113,13 +113,14 @@ def test_the_readme_click_log_flow(tmp_path, capsys):
     "The README's Python click-log flow, as written there (no knob), on a small processed folder on the CPU: fgt-train's choices"
     from fastai.tabular.data import TabularDataLoaders
     from fastai_gpu_tabular.all import RocAucBinary, accuracy
-    from fastai_gpu_tabular.learner import SPARSE_LR
+    from fastai_gpu_tabular.learner import SPARSE_LR, big_tables
     prep(data='synth-criteo', rows=20_000, out=str(tmp_path/'crp'), cpu=True)
     dls = TabularDataLoaders.from_processed(tmp_path/'crp', bs=2048, device='cpu')
     learn = tabular_learner(dls, metrics=[accuracy, RocAucBinary()])
     with learn.no_bar(): learn.fit_one_cycle(1)
-    assert learn.model.sparse and learn.lr == SPARSE_LR and learn.recorder.values[-1][-1] > 0.55  # row-sparse tables, their lr; AUC
-    assert "tabular_learner: row-sparse ('rowwise-adagrad') and 16 wide" in capsys.readouterr().out
+    big = big_tables(dls.train_ds, {}, [200, 100], 2)[0]  # fgt-train's rule (20,000 rows: small tables; 60k ids: test_own_data)
+    assert learn.model.sparse == big and (learn.lr == SPARSE_LR) == big and learn.recorder.values[-1][-1] > 0.55  # AUC
+    assert ("tabular_learner: row-sparse ('rowwise-adagrad') and 16 wide" in capsys.readouterr().out) == big
     readme = (Path(__file__).parents[1]/'README.md').read_text()  # the flow above is the README's, line for line
     for line in ("learn = tabular_learner(dls, metrics=[accuracy, RocAucBinary()])", "learn.fit_one_cycle(1)"):
         assert line in readme, line
