@@ -22,7 +22,8 @@ from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_ch
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
 from .loader import device_bytes_free
-from .cli import train_ranks, parser, refusing
+from .cli import train_ranks
+from .predict import predict, warn_unseen, predict_cli  # `fgt-predict`'s, from predict.py
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 
 # %% auto #0
@@ -30,8 +31,7 @@ __all__ = ['RUN_FILES', 'MODEL_FILES', 'RUN_SETTINGS', 'TrainTimer', 'Phases', '
            'report_baseline', 'target_range', 'pick_lr', 'parse_layers', 'check_args', 'finished', 'run_lock', 'is_run',
            'claim_out', 'replace_run', 'run_settings', 'resume_settings', 'check_run', 'check_processed_names',
            'read_step', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory',
-           'fit_step', 'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks', 'main', 'predict', 'warn_unseen',
-           'predict_cli']
+           'fit_step', 'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks', 'main']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -668,59 +668,3 @@ def main(
                     cuda_graph_replays=graph.replays if graph else None, cuda_graph_capture_s=graph.capture_s if graph else None,
                     checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0), tables_by_rank=getattr(shard, 'bounds', None))
         return learn
-
-# %% ../nbs/08_train.ipynb #84637bc0
-def predict(
-    model:str=None, # A run folder: `fgt-train`'s `--out` (or its `model/`), or one written by `save_run`
-    data:str=None, # A .parquet or .csv file of rows to score: the training columns (the target may be absent)
-    out:str='preds.parquet', # Where to write the predictions: .parquet or .csv
-    keep:str=None, # Columns of `data` copied into `out` before the predictions, comma-separated: an id to join them back by
-    bs:int=4096, # Rows a batch
-    cpu:store_true=False, # pandas and the CPU even where cuDF and a GPU are available
-)->pd.DataFrame:
-    "Score the rows of `data` with a run folder's model: `keep`'s columns, `pred` (the class or value), for a classifier `prob_<class>`"
-    if model is None or data is None:
-        raise ValueError("`fgt-predict` needs `--model` (a run folder) and `--data` (a .parquet or .csv file)")
-    folder,keep = Path(model),[o for o in (keep or '').split(',') if o]
-    if Path(out).suffix not in ('.parquet', '.csv'): raise ValueError(f"`out` must end in .parquet or .csv, not {out!r}")
-    if Path(out).resolve() == Path(data).resolve() or (Path(out).is_file() and Path(data).is_file() and os.path.samefile(out, data)):
-        raise ValueError(f"`out` {out!r} is the input `data` (or a link to it): write the predictions elsewhere")
-    dev = torch.device('cpu') if cpu or not torch.cuda.is_available() else default_device()
-    learn = load_run(folder, bs=bs, device=dev)
-    learn.remove_cb(ProgressCallback)
-    df = read_frame(data, dev.type=='cuda' and gpu_available())
-    if not len(df): raise ValueError(f"{data} has no rows: nothing to score (`fgt-predict` writes one prediction a row of `--data`)")
-    if missing := [n for n in keep if n not in df.columns]: raise ValueError(f"`keep`: no column {missing[0]!r} in {data}")
-    kept = to_pandas(df[keep]).reset_index(drop=True) if keep else None
-    warn_unseen(learn.dls.train_ds, df, data)
-    df = df.drop(columns=[n for n in learn.dls.train_ds.y_names if n in df.columns])  # not an input: its nulls or types do not matter
-    preds = learn.get_preds(dl=learn.dls.test_dl(df))[0].float()
-    cat = next((p for p in learn.dls.train_ds.procs if isinstance(p, Categorize)), None)
-    if cat is not None:
-        probs = {f'prob_{v}': preds[:,i].numpy() for i,v in enumerate(cat.vocab)}
-        res = pd.DataFrame({'pred': np.asarray(cat.vocab)[preds.argmax(1).numpy()], **probs})
-    else:
-        ys = learn.dls.train_ds.y_names
-        res = pd.DataFrame({f'pred_{n}' if preds.shape[1] > 1 else 'pred': preds[:,i].numpy() for i,n in enumerate(ys)})
-    if kept is not None:
-        if clash := [n for n in keep if n in res.columns]: raise ValueError(f"`keep`: column {clash[0]!r} is a column of the predictions")
-        res = pd.concat([kept, res], axis=1)
-    with replacing(out) as tmp: (res.to_parquet if Path(out).suffix=='.parquet' else res.to_csv)(tmp, index=False)  # whole, or none
-    print(f"{len(res):,} rows scored with {folder}: {out}")
-    return res
-
-def warn_unseen(to, df, data, most:float=0.5):
-    "Warn, naming each, about the categorical and multi-hot columns of `df` with over `most` of their values unseen in training"
-    cat = first(p for p in to.procs if isinstance(p, Categorify))
-    if cat is None: return
-    for n in [c for c in cat.vocab if c in df.columns]:
-        s = explode_elements(df[n], cat.sep) if n in getattr(to, 'mh_names', ()) else df[n]
-        if (u := cat._unseen(n, cat._like_training(n, s))) > most: warn(
-            f"`data` {data}: {u:.0%} of the values of categorical column {n!r} were never seen in training, and are scored as missing "
-            f"(e.g. {host_list(s.dropna().head(3))}; the model knows e.g. {list(cat.vocab[n][:3])}): check the column"
-            + (f" (multi-hot values joined by {cat.sep!r})" if n in getattr(to, 'mh_names', ()) else ""))
-
-def predict_cli():
-    "`fgt-predict`: `predict` with its arguments from the command line (a second `call_parse` here would also run under `python -m`)"
-    args = parser(predict, 'fgt-predict').parse_args().__dict__
-    with refusing('fgt-predict'): predict(**{k: v for k,v in args.items() if k not in ('pdb', 'xtra')})

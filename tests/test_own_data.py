@@ -78,7 +78,7 @@ def test_08_predict_keeps_the_columns_asked_for(base, tmp_path):
 def cli(cmd, *args):
     "Run `fgt-train`/`fgt-prep`/`fgt-predict` with `args` in a new process: (exit status, stdout, stderr)"
     import subprocess, sys
-    entry = dict(train='fastai_gpu_tabular.cli:train', prep='fastai_gpu_tabular.cli:prep', predict='fastai_gpu_tabular.train:predict_cli')
+    entry = dict(train='fastai_gpu_tabular.cli:train', prep='fastai_gpu_tabular.cli:prep', predict='fastai_gpu_tabular.predict:predict_cli')
     mod, fn = entry[cmd].split(':')
     r = subprocess.run([sys.executable, '-c', f'import sys; sys.argv[0] = "fgt-{cmd}"; from {mod} import {fn}; {fn}()', *map(str, args)],
                        capture_output=True, text=True, timeout=300)
