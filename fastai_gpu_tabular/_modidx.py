@@ -77,6 +77,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                       'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.no_space': ( 'backend.html#no_space',
                                                                                      'fastai_gpu_tabular/backend.py'),
+                                            'fastai_gpu_tabular.backend.no_space_error': ( 'backend.html#no_space_error',
+                                                                                           'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.num_tensor': ( 'backend.html#num_tensor',
                                                                                        'fastai_gpu_tabular/backend.py'),
                                             'fastai_gpu_tabular.backend.parquet_files': ( 'backend.html#parquet_files',

@@ -14,8 +14,8 @@ from fastcore.foundation import L
 # %% auto #0
 __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', 'to_pandas', 'to_backend', 'parquet_files',
            'parquet_schema', 'ints_exact', 'schema_casts', 'read_parquet_exact', 'read_frame', 'write_parquet',
-           'no_space', 'replacing', 'write_json', 'counted', 'read_json', 'nans_to_nulls', 'cast', 'new_frame',
-           'host_list', 'as_index_array', 'take_rows', 'concat_positions', 'standardized', 'standardize',
+           'no_space', 'no_space_error', 'replacing', 'write_json', 'counted', 'read_json', 'nans_to_nulls', 'cast',
+           'new_frame', 'host_list', 'as_index_array', 'take_rows', 'concat_positions', 'standardized', 'standardize',
            'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor', 'array_tensor', 'fill_nulls',
            'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns', 'value_key',
            'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_elements', 'cum_offsets',
@@ -166,6 +166,11 @@ def no_space(e:BaseException)->bool:
     "Whether `e` is a full disk's error: an `OSError` ENOSPC, or a library's that says so (safetensors: 'os error 28')"
     return getattr(e, 'errno', None) == errno.ENOSPC or 'No space left on device' in str(e) or 'os error 28' in str(e)
 
+def no_space_error(path, what:str='file')->OSError:
+    "The `OSError` ENOSPC that names `path`, and says whether the earlier `what` there is kept"
+    return OSError(errno.ENOSPC, f"no space left on device writing {path}" + (f" (the earlier {what} is kept)" if Path(path).exists()
+                   else "") + ": free space there, or write elsewhere")
+
 def _fsync(p:Path):
     "Flush file or folder `p` to disk (a folder: the names in it; where the OS cannot, nothing)"
     try: fd = os.open(p, os.O_RDONLY)
@@ -184,8 +189,7 @@ def replacing(path):
         _fsync(tmp); os.replace(tmp, path); _fsync(path.parent)
     except Exception as e:
         if not no_space(e): raise
-        raise OSError(errno.ENOSPC, f"no space left on device writing {path}" + (" (the earlier file is kept)" if path.exists() else "")
-                      + ": free space there, or write elsewhere") from None
+        raise no_space_error(path) from None
     finally: tmp.unlink(missing_ok=True)
 
 def write_json(path, obj, indent:int|None=1):

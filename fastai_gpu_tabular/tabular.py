@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_tabular.ipynb #7b40e5cb
 from __future__ import annotations
-import errno, json, math, os, shutil, socket, uuid, warnings
+import json, math, os, shutil, socket, uuid, warnings
 from concurrent.futures import ThreadPoolExecutor
 import torch
 from contextlib import contextmanager
@@ -472,8 +472,7 @@ def building(path, overwrite:bool=False,
     try: yield tmp
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and no_space(e): raise OSError(errno.ENOSPC, f"no space left on device writing {path}"
-            + (" (the earlier folder is kept)" if path.exists() else "") + ": free space there, or write elsewhere") from None
+        if isinstance(e, Exception) and no_space(e): raise no_space_error(path, 'folder') from None
         raise
     (tmp/'.writer').unlink()
     if path.exists():  # `what` (checked above): moved aside, then removed once the new one is in place

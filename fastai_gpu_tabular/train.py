@@ -218,7 +218,7 @@ def check_args(y_block:str|None, opt:str, precision:str, epochs:int, bs:int|None
     parse_layers(layers)
     if rows < 1: raise ValueError(f"`rows` must be a positive number of rows, not {rows}")
     if lr is not None and not (np.isfinite(lr) and lr > 0): raise ValueError(f"`lr` must be a positive finite learning rate, not {lr}")
-    if valid_pct is not None and not 0 <= valid_pct < 1: raise ValueError(f"`valid_pct` must be a share in [0, 1), not {valid_pct}")
+    if valid_pct is not None: RandomRowSplit(valid_pct)  # its range, checked where the split is made
     for k,v in (('stop_after', stop_after), ('checkpoint_every', checkpoint_every)):
         if v < 0: raise ValueError(f"`{k}` must be a number of batches, 0 or more (0: never), not {v}")
     if emb_rule not in ('auto', 'fastai', 'fixed'): raise ValueError(f"`emb_rule` must be 'auto', 'fastai' or 'fixed', not {emb_rule!r}")

@@ -7,19 +7,7 @@ import numpy as np, pandas as pd, pytest, torch
 from fastai_gpu_tabular.train import main, predict
 from fastai_gpu_tabular.data import main as prep
 from fastai_gpu_tabular.learner import save_run, load_run
-from test_run_integrity import C, FAST, base_frame, interrupted
-
-@pytest.fixture(scope='module')
-def base(tmp_path_factory):
-    fn = tmp_path_factory.mktemp('b')/'base.parquet'
-    base_frame().to_parquet(fn)
-    return fn
-
-@pytest.fixture(scope='module')
-def run(base, tmp_path_factory):
-    out = tmp_path_factory.mktemp('run')/'r'
-    main(data=str(base), out=str(out), **C, **FAST)
-    return out
+from test_run_integrity import C, FAST, base_frame, interrupted, base, run  # its fixtures: the base file, a run trained on it
 
 def tree(d):
     "{relative path: bytes} of every file under folder `d`"

@@ -6,7 +6,7 @@ import numpy as np, pandas as pd, pytest
 from fastai_gpu_tabular.train import main, predict
 from fastai_gpu_tabular.data import main as prep, synth_criteo
 from fastai_gpu_tabular.learner import load_run
-from test_run_integrity import C, FAST, base_frame, interrupted
+from test_run_integrity import C, FAST, base_frame, interrupted, base  # its fixture: the base file
 
 @pytest.fixture(scope='module')
 def criteo(tmp_path_factory):
@@ -15,12 +15,6 @@ def criteo(tmp_path_factory):
     df = synth_criteo(6_000, gpu=False)
     df.iloc[:3_000].to_parquet(d/'a.parquet'); df.iloc[3_000:].to_parquet(d/'b.parquet')
     return d
-
-@pytest.fixture(scope='module')
-def base(tmp_path_factory):
-    fn = tmp_path_factory.mktemp('b')/'base.parquet'
-    base_frame().to_parquet(fn)
-    return fn
 
 def test_01_02_only_the_target_named_gives_the_same_columns_with_and_without_dask(criteo, tmp_path, capsys):
     infos = []
