@@ -9,8 +9,7 @@ The first run of each configuration is the one a user gets (kernel caches are th
 import argparse, json, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
-from common import report
-from bench_train_wall import run
+from common import report, run
 
 CONFIGS = dict(defaults=[],  # what a user who passes no flag gets
                best=['--precision', 'bf16', '--emb-rule', 'fixed', '--emb-dim', '16', '--emb-opt', 'rowwise-adagrad', '--lr', '0.01',

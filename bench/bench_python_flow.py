@@ -6,8 +6,7 @@ the same processed folder and card, each in a fresh process, alternated (issue 8
 import argparse, json, statistics, subprocess, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
-from common import report
-from bench_train_wall import run
+from common import report, run
 
 def python_flow(data:str)->dict:
     "One fresh process: `from_processed`, `tabular_learner(dls, layers=[512,256], metrics=...)`, `fit_one_cycle(1)`; what it measured"

@@ -1,5 +1,5 @@
 "Shared by the bench scripts: timing, the results table, and writing results as JSON with the git commit."
-import json, os, statistics, subprocess, time, platform
+import json, os, statistics, subprocess, sys, time, platform
 from pathlib import Path
 
 def sync():
@@ -72,3 +72,32 @@ def cache_env(root, **kw):
     env = dict(os.environ, HOME=str(root), XDG_CACHE_HOME=f'{root}/xdg', **kw)
     env.update({v: f'{root}/{k}' for k, v in CACHES.items()})
     return env
+
+DRIVER = """import atexit, json, sys, threading, time; t0 = time.time()
+atexit.register(lambda: print('FGT_ATEXIT_END', time.time(), flush=True))  # registered first: the last exit handler
+from fastcore.script import anno_parser
+import fastai_gpu_tabular.train as t
+t1 = time.time()
+a = anno_parser(t.main).parse_args().__dict__
+t.main(**{k: v for k, v in a.items() if k not in ('pdb', 'xtra')})
+atexit.register(lambda: print('FGT_ATEXIT_START', time.time(), flush=True))
+print('FGT_WALL', json.dumps(dict(start=t0, imported=t1, returned=time.time(), file=t.__file__)), flush=True)"""
+
+def run(root, data, flags):
+    """One `fgt-train` process with the package folder `root` first on the path, timed from before its start to after its exit:
+    (wall, start, imports, main, exit, phases, auc, train_rows_s, metrics), seconds and metrics.json"""
+    import shutil, tempfile
+    out = tempfile.mkdtemp(prefix='fgt_wall_')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get('PYTHONPATH', '')]))
+    data = str(Path(data).resolve()) if Path(data).exists() else data  # a folder or file, or a built-in: 'movielens'
+    t = time.time()
+    r = subprocess.run([sys.executable, '-c', DRIVER, '--data', data, '--out', out, *flags], env=env, cwd=root,
+                       capture_output=True, text=True)  # `-c` puts the working folder first on the path: `root`
+    end = time.time()
+    if r.returncode: sys.exit(f'fgt-train failed ({root}):\n{r.stderr[-4000:]}')
+    line = lambda k: next(l for l in r.stdout.splitlines() if l.startswith(k))[len(k):]
+    w = json.loads(line('FGT_WALL'))
+    if not Path(w['file']).resolve().is_relative_to(Path(root).resolve()): sys.exit(f"ran {w['file']}, not the package in {root}")
+    m = json.loads((Path(out)/'metrics.json').read_text()); shutil.rmtree(out, ignore_errors=True)
+    return dict(wall=end-t, start=w['start']-t, imports=w['imported']-w['start'], main=w['returned']-w['imported'],
+                exit=end-w['returned'], phases=m['phases_s'], auc=m.get('roc_auc_score'), train_rows_s=m.get('train_rows_s'), metrics=m)

@@ -92,7 +92,7 @@ def after_fit(self:DistributedTrainer):
 # %% ../nbs/07_distributed.ipynb #73c12766
 def ddp_kwargs(
     bf16_grads:bool=False, # All-reduce the gradients in bf16 (accelerate's `comm_hook`), the sparse rows too
-    bucket_view:bool=False, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`; slower in bench_dist.py)
+    bucket_view:bool=False, # Gradients as views of DDP's buckets (`gradient_as_bucket_view`; slower in bench_dist.py in git history)
     sparse_embeddings:bool|None=False, # Rows exchanged sparsely: None by `sparse_tables`' rule, True every table, False none (DDP)
 )->dict:
     "Keyword arguments for `learn.distrib_ctx(...)` setting how the gradients are exchanged (`DistributedDataParallel`'s options and ours)"

@@ -58,7 +58,7 @@ def _procs(fs, root):
 # %% ../nbs/04c_stream.ipynb #119d3c86
 # cuDF decodes local part files from their bytes read into pinned memory, which the GPU addresses (True): its read of a path waits
 # for the whole device, and from host `bytes` its copy from pageable memory held every thread's CUDA calls ~150 ms a GB
-# (bench/profiles/host_read_stall.py); None: only where several ranks train; False: cuDF reads the paths
+# (bench/profiles/host_read_stall.py in git history); None: only where several ranks train; False: cuDF reads the paths
 CUDF_FROM_HOST = True
 READ_PIECE = 16 << 20  # bytes of a file read by one thread at a time
 

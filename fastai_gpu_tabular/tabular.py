@@ -409,7 +409,7 @@ def write_part(df, folder, i:int|str, row_group_rows:int)->dict|None:
     write_parquet(df, Path(folder)/fn, row_group_rows)
     return dict(file=fn, rows=len(df))
 
-WRITE_THREADS = 2  # part files written at once: 8M Criteo rows in two files 1.32x on one H100, 1.05x on one H200 (bench_write.py)
+WRITE_THREADS = 2  # part files written at once: 8M Criteo rows in two files 1.32x on one H100, 1.05x on one H200 (a profile in git history)
 
 def write_parts(items, folder, row_group_rows:int, threads:int=WRITE_THREADS)->list:
     """`write_part` of each (`i`, processed rows) of iterable `items` into `folder`, `threads` files at once (libcudf's and pyarrow's

@@ -204,13 +204,13 @@ def test_fgt_train_streams_a_processed_folder_and_resumes_like_a_whole_run(tmp_p
 
 @pytest.mark.parametrize('n', [1, 2])
 def test_resume_check_script_reads_the_next_epochs_batches(tmp_path, n):
-    "bench/profiles/resume_check.py, the billion-row check of a resume mid-epoch, on n CPU ranks"
+    "tests/resume_check.py, the billion-row check of a resume mid-epoch, on n CPU ranks"
     path = movielens_folder(tmp_path/'proc')
     common = ('--', '--data', path, '--bs', 800 // n, '--epochs', 2, '--checkpoint-every', 5, '--layers', '16', '--cpu',
               '--mem-bytes', 150_000, '--out', tmp_path/'run')
-    launch(n, 'bench/profiles/resume_check.py', '--stage', 'cut', *common)
+    launch(n, 'tests/resume_check.py', '--stage', 'cut', *common)
     assert (torch.load(tmp_path/'run'/'checkpoint.pth', weights_only=False)['batch']) == 5
-    out = launch(n, 'bench/profiles/resume_check.py', '--stage', 'resume', '--batches', 3, *common)
+    out = launch(n, 'tests/resume_check.py', '--stage', 'resume', '--batches', 3, *common)
     res = [json.loads((tmp_path/'run'/f'resume_check_rank{r}.json').read_text()) for r in range(n)]
     assert all(r['same'] and len(r['seen']) == 3 for r in res) and out.count('are a fresh loader') == n, out
     assert all(len({json.dumps(b) for b in r['seen']}) == 3 for r in res)  # fingerprints that tell batches apart

@@ -68,15 +68,35 @@ def nav(pages, here):
     links = ' · '.join(f'<b>{html.escape(t)}</b>' if f == here else f'<a href="{f}">{html.escape(t)}</a>' for f, t in pages)
     return f'<nav style="padding:.6em 1em;border-bottom:1px solid #ddd;font-family:sans-serif">{links}</nav>'
 
-README_LINES = 200  # the README is a user's page: what it is, how to run it, today's figures; history goes to bench/NOTES.md
+README_LINES, README_BYTES = 150, 12*1024  # a user's page: what it is, how to run it, today's figures; history goes to git
+NOTES_LINES = 600  # bench/NOTES.md: what is true now, by topic, and what was tried and dropped
+LINKED = ('README.md', 'bench/README.md', 'bench/NOTES.md')  # pages whose links and cited results must resolve
+_link,_cited = re.compile(r'\]\(([^)#\s]+)(?:#[^)]*)?\)'),re.compile(r'(?<![\w/.-])results/[\w.*-]+\.(?:json|log|txt)')
 _hash = re.compile(r'(?<![\w./-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w.-])')  # a commit, not part of a file name
 
 def check_readme(md):
     "Fail when README.md (from nbs/index.ipynb) is longer than `README_LINES` or names a commit"
     if (n := len(md.splitlines())) > README_LINES:
         raise SystemExit(f"README.md has {n} lines, more than {README_LINES}: move detail to the docs or bench/NOTES.md")
+    if (n := len(md.encode())) > README_BYTES: raise SystemExit(f"README.md is {n:,} bytes, more than {README_BYTES:,}: shorten it")
     if hashes := _hash.findall(md):
         raise SystemExit(f"README.md names commits ({', '.join(hashes[:5])}): it speaks of the project today; history goes to bench/NOTES.md")
+
+def dead_links(root:Path)->list:
+    """(page, target) of each markdown link in `LINKED` that names no file or folder of the repository, and of each `results/NAME`
+    cited (a glob must match a file) that is not in `bench/results/`"""
+    bad = []
+    for page in LINKED:
+        f = root/page; text = f.read_text()
+        bad += [(page, t) for t in _link.findall(text) if '://' not in t and not (f.parent/t).exists()]
+        bad += [(page, t) for t in _cited.findall(text) if not list((root/'bench').glob(t))]
+    return bad
+
+def check_notes(root:Path):
+    "Fail when bench/NOTES.md is longer than `NOTES_LINES` or a page of `LINKED` links or cites a file that is not there"
+    if (n := len((root/'bench/NOTES.md').read_text().splitlines())) > NOTES_LINES:
+        raise SystemExit(f"bench/NOTES.md has {n} lines, more than {NOTES_LINES}: keep what is true now, by topic; git keeps the diary")
+    if bad := dead_links(root): raise SystemExit(f"links to files that are not in the repository: {bad[:10]}")
 
 def main(check=False):
     cfg = get_config()
@@ -107,6 +127,7 @@ def main(check=False):
     if check and (not readme.exists() or readme.read_text() != md):
         raise SystemExit("README.md is out of date with nbs/index.ipynb: run `python tools/docs.py` and commit README.md")
     if not check: readme.write_text(md)
+    check_notes(cfg.config_path)
     print(f"built {len(built)} pages in {out}: {', '.join(f for _, f, _ in built)}; README.md {'checked' if check else 'written'}")
 
 if __name__ == '__main__':

@@ -3,8 +3,8 @@ the same folder, seed and rank reads them: the check at a billion rows that the 
 process a GPU (`accelerate launch ...`, or plain `python` for one), the `fgt-train` arguments after `--`:
 
     A="--data /tmp/billion/processed --epochs 2 --checkpoint-every 300 --out /tmp/rr"
-    accelerate launch --multi_gpu --num_processes 4 bench/profiles/resume_check.py --stage cut -- $A
-    accelerate launch --multi_gpu --num_processes 4 bench/profiles/resume_check.py --stage resume --batches 5 -- $A
+    accelerate launch --multi_gpu --num_processes 4 tests/resume_check.py --stage cut -- $A
+    accelerate launch --multi_gpu --num_processes 4 tests/resume_check.py --stage resume --batches 5 -- $A
 
 `cut` trains `--checkpoint-every` batches and stops (a checkpoint mid-epoch 1). `resume` goes on from it through the rest of
 epoch 1 into epoch 2, fingerprints (each tensor's sum, on the host) the first `--batches` training batches of epoch 2, stops,
