@@ -6,7 +6,7 @@ the other; with `--ref`, another package's defaults too (an earlier commit's: th
     python bench/bench_defaults.py --data movielens --configs defaults --ref /tmp/base --repeats 2 --name defaults_movielens
 
 The first run of each configuration is the one a user gets (kernel caches are the machine's, warm after the first process)."""
-import argparse, json, sys
+import argparse, json, statistics, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report, run
@@ -44,4 +44,8 @@ if __name__ == '__main__':
         if (f := first('defaults', 'ref')) and r['auc'] is not None: r['auc_minus_ref'] = round(r['auc'] - f['auc'], 4)
     cols = ['version', 'config', 'run', 'wall', 'train_s', 'train_rows_s', 'auc', 'accuracy', 'params', 'emb_opt', 'precision', 'cuda_graph',
             'lr', 'wall_over_best', 'auc_minus_dense', 'auc_minus_ref']
-    report(a.name, rows, cols, dict(bench='defaults', data=a.data, flags=a.flags, configs=a.configs, ref=a.ref))
+    rate = lambda v, warm: [r['train_rows_s'] for r in rows if r['version'] == v and r['config'] == 'defaults' and (r['run'] > 0) == warm]
+    summary = {k: round(statistics.median(rate('this', w))/statistics.median(rate('ref', w)), 3) for k, w in (('first', False), ('warm', True))
+               if a.ref and rate('ref', w)}  # this package's defaults over the ref's, training rows/s: the first round, the later ones' medians
+    report(a.name, rows, cols, dict(bench='defaults', data=a.data, flags=a.flags, configs=a.configs, ref=a.ref, summary=summary))
+    print(summary)

@@ -5,11 +5,13 @@
 # %% ../nbs/06b_graph.ipynb #a7383d85
 from __future__ import annotations
 from fastai.torch_basics import *
-from fastai.callback.core import Callback
+from fastai.callback.core import Callback, CancelBackwardException, CancelStepException
 from torch.nn.parallel import DistributedDataParallel
+from fastai.callback.fp16 import MixedPrecision, AMPMode
+from .optimizer import ForeachLamb, StepValues, GraphUnfit, captured_values
 
 # %% auto #0
-__all__ = ['CudaGraph']
+__all__ = ['step_unfit', 'CudaGraph']
 
 # %% ../nbs/06b_graph.ipynb #dca01b3e
 class _Captured:
@@ -75,6 +77,52 @@ def _uncached_autocast():
     "Autocast as it is, without its cache of cast weights (CUDA graphs need it off: `torch.cuda.make_graphed_callables`)"
     return torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'), enabled=torch.is_autocast_enabled('cuda'), cache_enabled=False)
 
+_STEP_EVENTS = ('after_pred', 'after_loss', 'before_backward', 'after_backward', 'before_step', 'after_step')
+
+def _acts_in_step(cb)->list:
+    "The events inside a training step that callback `cb` handles and a graph of the whole step would not hold"
+    evs = [e for e in _STEP_EVENTS if callable(getattr(type(cb), e, None))]
+    if isinstance(cb, MixedPrecision) and cb.amp_mode == AMPMode.BF16: return []  # autocast's: held (bf16 has no gradient scaler)
+    return evs
+
+def step_unfit(learn)->str|None:
+    "Why `learn`'s training step cannot be one CUDA graph (None: it can): its optimizer, its processes, or callbacks inside the step"
+    dense = getattr(learn.opt, 'dense', learn.opt)
+    if not isinstance(dense, ForeachLamb) or dense.fused is False:
+        return (f"its optimizer ({type(dense).__name__}) steps with hyper-parameters on the host "
+                "(`ForeachLamb`'s kernels read them on the device)")
+    if num_distrib() > 1: return "several processes train (their collectives are not in the graph)"
+    if cbs := [f"{type(cb).__name__} ({', '.join(e)})" for cb in learn.cbs if (e := _acts_in_step(cb))]:
+        return f"callbacks act inside the step: {'; '.join(cbs)}"
+
+class _Step:
+    """One training step of `learn` captured in one CUDA graph for one kind of batch: the forward, `after_pred`, the loss, the
+    backward, the optimizer's step and `zero_grad`; static inputs and targets, the outputs, and the host values its kernels read
+    (`StepValues`: the scheduler's hyper-parameters and the step counts, sent before each replay in one copy)"""
+    def __init__(self, learn, ins):
+        m,opt,nx = learn.model,learn.opt,len(learn.xb)
+        self.ins,self.values,self.g = [x.clone() for x in ins],StepValues(ins[0].device),torch.cuda.CUDAGraph()
+        dense = [(p, p.grad) for p in m.parameters() if p.grad is not None and not p.grad.is_sparse]
+        def step():
+            with _uncached_autocast():
+                learn.pred = m(*self.ins[:nx]); learn('after_pred')  # `MixedPrecision`'s cast to float32, say
+                pred = learn.pred
+                loss_grad = learn.loss_func(pred, *self.ins[nx:])
+                loss = loss_grad.clone()
+            with torch.autocast('cuda', enabled=False):
+                loss_grad.backward(); opt.step(); opt.zero_grad()
+            return pred.detach(),loss_grad.detach(),loss.detach()
+        with captured_values(self.values): self.pred,self.loss_grad,self.loss = _capture(self.g, torch.cuda.graph_pool_handle(), step)
+        if any(p.grad is not g for p,g in dense): raise GraphUnfit("the step replaced a parameter's gradient tensor")
+        self.values.write(count=False)  # the capture's own step: its counts are the optimizer's already
+        self.g.replay()
+
+    def replay(self, ins):
+        "The step on `ins`: copied into the static inputs, the step's host values sent, the graph replayed"
+        for s,x in zip(self.ins, ins): s.copy_(x, non_blocking=True)
+        self.values.write()
+        self.g.replay()
+
 class _Replay(torch.autograd.Function):
     @staticmethod
     def forward(ctx, c, anchor, *xs): ctx.c = c; return c.forward(xs).detach()
@@ -83,29 +131,75 @@ class _Replay(torch.autograd.Function):
 
 # %% ../nbs/06b_graph.ipynb #c85c398e
 class CudaGraph(Callback):
-    """Each training batch's forward and backward replayed from two CUDA graphs captured for its shape: the host launches two
-    graphs instead of the passes' hundreds of kernels. The optimizer's step, the loss and fastai's events run as they are"""
+    """Each training batch's whole step (forward, loss, backward, the optimizer's step) replayed from one CUDA graph captured for
+    its shape, the scheduler's values and step counts sent before each replay: one launch a step. Where the optimizer or a
+    callback acting inside the step cannot be held (`step_unfit`), its forward and backward from two graphs, the rest as it is"""
     order = 12  # after `DistributedTrainer` (11): the model it trains, DDP's (not captured: its hooks run in the backward) or itself
     def __init__(self,
         warmup:int=2, # Batches of a shape run as usual before its graphs are captured (kernels compiled, state made)
         max_graphs:int=2, # Shapes captured at most (others run as usual): e.g. the training batch and the epoch's last
-    ): super().__init__(); store_attr()
+        whole_step:bool=True, # The whole step in one graph where it can be (else, or False: the forward and backward)
+    ): super().__init__(); store_attr(); self.why,self._said = None,set()
 
     def before_fit(self):
         m = self.learn.model
         left = m.__dict__.get('forward')  # by a fit that an exception cut short (fastai runs no `after_fit` then)
         if isinstance(getattr(left, '__self__', None), CudaGraph): del m.forward  # taken for the model's, it would call itself
+        if isinstance(getattr(self.learn.__dict__.get('_do_one_batch'), '__self__', None), CudaGraph): del self.learn._do_one_batch
         ps = list(m.parameters())
         self.graphs,self.seen,self.captures,self.replays,self.capture_s = {},Counter(),0,0,0.  # capture_s: the captures' host seconds
         self.active = bool(ps) and ps[0].is_cuda and not isinstance(m, DistributedDataParallel)
+        self.steps,self.why = False,None  # whole steps replayed in this fit; why not
         if not self.active: return  # on the CPU, or under DDP (its hooks run in the backward): fastai's loop as it is
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
         self.anchor = torch.empty(0, device=ps[0].device, requires_grad=True)  # with a gradient: autograd calls `_Replay.backward`
-        m.forward = self._forward  # on the instance: the model's class, state dict and hooks stay its own
+        why = step_unfit(self.learn) if self.whole_step else 'not asked for (`whole_step=False`)'
+        if why is None: self.steps,self.learn._do_one_batch = True,self._one_batch  # on the instance: fastai's `one_batch` calls it
+        else: self._fall_back(why)
+
+    def _fall_back(self, why):
+        "The forward and backward from graphs from now on, the rest of the step as it is, saying `why` once"
+        if self.whole_step and why not in self._said: warn(f"CudaGraph: the forward and backward are graphed, not the whole step: {why}")
+        self._said.add(why); self.why,self.steps = why,False
+        self.learn.__dict__.pop('_do_one_batch', None)
+        self.model.forward = self._forward  # on the instance: the model's class, state dict and hooks stay its own
 
     def after_fit(self):
-        if self.active: self.model.__dict__.pop('forward', None)
+        if self.active: self.model.__dict__.pop('forward', None); self.learn.__dict__.pop('_do_one_batch', None)
         self.graphs,self.active = {},False  # the graphs' memory back
+
+    def _one_batch(self):
+        "fastai's `_do_one_batch`: a training batch of a captured shape replays its whole step, else the step runs as fastai's"
+        learn = self.learn
+        ins = (*learn.xb, *learn.yb)
+        if not (learn.training and len(learn.yb) and torch.is_grad_enabled() and all(isinstance(x, Tensor) and x.is_cuda for x in ins)):
+            return type(learn)._do_one_batch(learn)
+        k = self._key(ins)
+        if (c := self.graphs.get(k)) is None:
+            self.seen[k] += 1
+            if self.seen[k] <= self.warmup or len(self.graphs) >= self.max_graphs or not (c := self._capture_step(k, ins)):
+                return type(learn)._do_one_batch(learn)
+        else: c.replay(ins)
+        self.replays += 1
+        learn.pred,learn.loss_grad,learn.loss = c.pred,c.loss_grad,c.loss  # the graph's outputs: the next replay overwrites them
+        learn('after_pred'); learn('after_loss')  # `MixedPrecision` leaves autocast there; fastai's events in fastai's order
+        learn._with_events(noop, 'backward', CancelBackwardException)
+        learn._with_events(noop, 'step', CancelStepException)
+
+    def _capture_step(self, k, ins):
+        "The whole step captured for batches like `ins` and run on them, or None (fallen back, the optimizer's counts as they were)"
+        learn,t = self.learn,time.perf_counter()
+        learn.pred = learn.loss = learn.loss_grad = None  # the last batch's autograd graph freed (see `_forward`)
+        counts = {id(p): s['step'] for p,s in learn.opt.state.items() if 'step' in s}
+        try: c = _Step(learn, ins)
+        except (GraphUnfit, RuntimeError) as e:
+            for p,s in learn.opt.state.items():
+                if id(p) in counts: s['step'] = counts[id(p)]
+            learn.opt.zero_grad()  # the capture's gradients: recorded, never computed
+            self._fall_back(str(e).splitlines()[0] if isinstance(e, GraphUnfit) else f"its capture failed ({str(e).splitlines()[0]})")
+            return None
+        self.captures,self.capture_s,self.graphs[k] = self.captures + 1,self.capture_s + time.perf_counter() - t,c
+        return c
 
     def _key(self, xs):
         "What a capture depends on: the inputs' shapes and types, autocast, and the parameters' and buffers' places and flags"

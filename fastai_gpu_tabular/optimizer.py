@@ -17,7 +17,8 @@ from .model import storage_view, _consecutive, triton, tl  # Triton, where insta
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
-           'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
+           'rowwise_adagrad_rows', 'lazy_adam_rows', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values',
+           'counted', 'device_values', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -35,9 +36,12 @@ if triton is not None:
         return p,g,tl.load(_block_ptrs(ms, idx, BLOCK), mask=msk, other=0.),tl.load(_block_ptrs(vs, idx, BLOCK), mask=msk, other=0.)
 
     @triton.jit
-    def _lamb_kernel(P, G, M, V, NUMEL, FLAGS, BP, BO, PART, SUMS, NP, lr, wd, mom, sqr_mom, c1, c2, eps,
+    def _lamb_kernel(P, G, M, V, NUMEL, FLAGS, BP, BO, PART, SUMS, NP, HP,
                      DECOUPLE:tl.constexpr, APPLY:tl.constexpr, BLOCK:tl.constexpr, TILES:tl.constexpr):
-        "`TILES` tiles of one parameter: update the averages and write the sums of p² and u², or (`APPLY`) step p"
+        """`TILES` tiles of one parameter: update the averages and write the sums of p² and u², or (`APPLY`) step p; the step's
+        hyper-parameters read from the device (`HP`: lr, wd, mom, sqr_mom, c1, c2, eps), so that a CUDA graph can replay it"""
+        lr,wd,mom,sqr_mom = tl.load(HP),tl.load(HP + 1),tl.load(HP + 2),tl.load(HP + 3)
+        c1,c2,eps = tl.load(HP + 4),tl.load(HP + 5),tl.load(HP + 6)
         b = tl.program_id(0)
         i,start = tl.load(BP + b),tl.multiple_of(tl.load(BO + b), BLOCK)
         n = tl.load(NUMEL + i)
@@ -88,15 +92,15 @@ class _Table:
         for k,t in tabs.items(): setattr(self, k, t.to(dev, non_blocking=True))
         self.part = torch.empty(2*len(self.BP), device=dev)
 
-    def step(self, lr, wd, mom, sqr_mom, eps, c1, c2, decouple):
-        "Both passes: averages and per-program sums, per-parameter sums (float64, in a fixed order), then the update"
+    def step(self, hp:Tensor, decouple:bool):
+        """Both passes: averages and per-program sums, per-parameter sums (float64, in a fixed order), then the update; `hp` the
+        hyper-parameters on the device (lr, wd, mom, sqr_mom, c1, c2, eps)"""
         args,nb = (self.P, self.G, self.M, self.V, self.NUMEL, self.FLAGS, self.BP, self.BO),len(self.BP)
-        sc = tuple(float(o) for o in (lr, wd, mom, sqr_mom, c1, c2, eps))
         kw = dict(DECOUPLE=decouple, BLOCK=self.block, TILES=self.tiles, num_warps=self.warps)
-        _lamb_kernel[(nb,)](*args, self.part, self.part, 0, *sc, APPLY=False, **kw)
+        _lamb_kernel[(nb,)](*args, self.part, self.part, 0, hp, APPLY=False, **kw)
         cs = self.part.view(2, nb).double().cumsum(1)[:, self.ends]  # rows: a scan along dim 0 of (nb, 2) is sequential in torch
         sums = torch.diff(cs, dim=1, prepend=self.zero)
-        _lamb_kernel[(nb,)](*args, self.part, sums, sums.shape[1], *sc, APPLY=True, **kw)
+        _lamb_kernel[(nb,)](*args, self.part, sums, sums.shape[1], hp, APPLY=True, **kw)
 
 # %% ../nbs/06_optimizer.ipynb #f388dae5
 class ForeachLamb(Optimizer):
@@ -129,8 +133,9 @@ class ForeachLamb(Optimizer):
             sts = [self.state[p] for p in ps]
             for p,s in zip(ps,sts):
                 if 'grad_avg' not in s: s.update(grad_avg=torch.zeros_like(p), sqr_avg=torch.zeros_like(p), step=0)
-                s['step'] += 1
-            if self._fused_ready(i, ps, sts): self._fused_step(i, sts, h)
+            counted(sts)
+            if self._fused_ready(i, ps, sts): self._fused_step(i, sts)
+            elif capturing(): raise GraphUnfit("`ForeachLamb` steps this group with foreach ops, whose hyper-parameters are host floats")
             else: self._foreach_step(ps, sts, h)
 
     def _fused_ready(self, i, ps, sts):
@@ -140,6 +145,7 @@ class ForeachLamb(Optimizer):
         tensors = ps + grads + [s['grad_avg'] for s in sts] + [s['sqr_avg'] for s in sts]
         key = tuple(t.data_ptr() for t in tensors) + tuple((s.get('do_wd', True), s.get('layer_adapt', True)) for s in sts)
         if self._tables.get(i, (None,))[0] == key: return True
+        if capturing(): raise GraphUnfit("`ForeachLamb`'s tables of tensors changed in the capture (new gradients or state)")
         if not self._can_fuse(ps, sts): return False
         self._tables[i] = (key, _Table(ps, grads, sts))  # rebuilt when a tensor moved: new gradients, loaded state
         return True
@@ -154,10 +160,13 @@ class ForeachLamb(Optimizer):
             raise ValueError("`fused=True` needs dense, contiguous, 16-byte aligned float32 CUDA parameters and gradients at the same step")
         return ok
 
-    def _fused_step(self, i, sts, h):
-        "Group `i`'s step in two kernels"
-        mom,sqr_mom,n = h['mom'],h['sqr_mom'],sts[0]['step']
-        self._tables[i][1].step(h['lr'], h['wd'], mom, sqr_mom, h['eps'], 1 - mom**n, 1 - sqr_mom**n, self.decouple_wd)
+    def _fused_step(self, i, sts):
+        "Group `i`'s step in two kernels, its hyper-parameters (the scheduler's, the step's debiasing) sent to the device"
+        def hypers(s=sts[0]):  # read when sent: by a replay of a captured step, its own
+            h = self.hypers[i]; mom,sqr_mom,n = h['mom'],h['sqr_mom'],s['step']
+            return [h['lr'], h['wd'], mom, sqr_mom, 1 - mom**n, 1 - sqr_mom**n, h['eps']]
+        t = self._tables[i][1]
+        t.step(device_values(hypers, torch.float32, t.P.device), self.decouple_wd)
 
     def _foreach_step(self, ps, sts, h):
         lr,mom,sqr_mom,eps,wd = h['lr'],h['mom'],h['sqr_mom'],h['eps'],h['wd']
@@ -301,8 +310,64 @@ if triton is not None:
                 q += 1
             tl.store(g_ + (s - tl.load(SEG + e0))*d + c, acc, mask=c < d)
 
+class GraphUnfit(RuntimeError):
+    "A training step that a CUDA graph cannot hold as it is (raised while capturing, with the reason)"
+
+class StepValues:
+    """The host values a captured training step's kernels read, as slots of one device buffer that `write` fills before each replay
+    in one copy: lists made when the step was captured (tables of pointers, sizes) and functions of the step's state (the
+    scheduler's hyper-parameters, the debiasing of each step count), and the step counts that each replay advances"""
+    def __init__(self, device, nbytes:int=1<<16):
+        self.buf,self.slots,self.counts,self.used = torch.zeros(nbytes, dtype=torch.uint8, device=device),[],[],0
+
+    def slot(self, f:Callable, dtype)->Tensor:
+        "A slot of the buffer for `f()`'s values in `dtype`, filled by each `write`"
+        n = len(f())*torch.empty((), dtype=dtype).element_size()
+        if self.used + n > len(self.buf): raise GraphUnfit(f"the step's host values need more than {len(self.buf):,} bytes")
+        t = self.buf[self.used:self.used + n].view(dtype)
+        self.slots.append((f, dtype)); self.used += -(-n//8)*8
+        return t
+
+    def write(self, count:bool=True):
+        "Before a replay: the step counts one on (`count`: a replay after the capture's own step), then every slot's values sent"
+        if count:
+            for sts in self.counts:
+                for s in sts: s['step'] += 1
+        if not self.used: return
+        b = np.zeros(self.used, dtype=np.uint8)
+        o = 0
+        for f,dtype in self.slots:
+            v = np.asarray(f(), dtype=str(dtype).split('.')[-1]).tobytes()
+            b[o:o + len(v)] = np.frombuffer(v, np.uint8); o += -(-len(v)//8)*8
+        self.buf[:self.used].copy_(torch.from_numpy(b).pin_memory() if self.buf.is_cuda else torch.from_numpy(b), non_blocking=True)
+
+_values = None  # the `StepValues` of the step a CUDA graph is capturing on this process, else None
+
+def capturing()->bool:
+    "Whether a training step is being captured (`CudaGraph`): host values go to the device through `StepValues` slots"
+    return _values is not None
+
+@contextmanager
+def captured_values(v:StepValues):
+    "Within: every `_sent`, `device_values` and `counted` of the optimizers goes through `v`"
+    global _values
+    _values = v
+    try: yield v
+    finally: _values = None
+
+def counted(sts:list):
+    "Each state's 'step' one on (a fresh state's from 0); under a capture again before each later replay"
+    for s in sts: s['step'] = s.get('step', 0) + 1
+    if _values is not None: _values.counts.append(sts)
+
+def device_values(f:Callable, dtype, device)->Tensor:
+    "`f()` (the step's values of hyper-parameters) as a tensor on `device`: sent now, or under a capture a slot sent before each replay"
+    return _values.slot(f, dtype) if _values is not None else _sent(f(), dtype, device)
+
 def _sent(xs:list, dtype, device)->Tensor:
-    "`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done)"
+    """`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done);
+    under a capture a slot of its `StepValues` (a copy from pinned memory that the graph would replay could read freed memory)"""
+    if _values is not None: return _values.slot(lambda: xs, dtype)
     t = torch.tensor(xs, dtype=dtype)
     return t.pin_memory().to(device, non_blocking=True) if device.type == 'cuda' else t.to(device)
 
@@ -337,10 +402,12 @@ _RULE_IDS = {'adagrad': 0, 'rowwise-adagrad': 1, 'lazy-adam': 2}
 
 if triton is not None:
     @triton.jit
-    def _rows_kernel(ROWS, UN, META, FL, lr, keep, eps, mom, sqr_mom, RULE:tl.constexpr, BR:tl.constexpr, CB:tl.constexpr):
+    def _rows_kernel(ROWS, UN, META, HP, RULE:tl.constexpr, BR:tl.constexpr, CB:tl.constexpr):
         """`BR` touched rows of one width's tables (program axis 1: its first row in `ROWS` and count in `UN`, its pointers and
         sizes in `META`) stepped by a rule: `SPARSE_RULES`' torch ops, with `keep` = 1 - lr·wd their decoupled decay, in one
-        kernel for every width; programs past the width's count return at once"""
+        kernel for every width; programs past the width's count return at once. The hyper-parameters are read from the device
+        (`HP`: lr, keep, eps, mom, sqr_mom, then each width's lr over its first moment's debiasing and its second's)"""
+        lr,keep,eps,mom,sqr_mom = tl.load(HP),tl.load(HP + 1),tl.load(HP + 2),tl.load(HP + 3),tl.load(HP + 4)
         m = META + tl.program_id(1)*6
         u0,n = tl.load(UN + 2*tl.program_id(1)),tl.load(UN + 2*tl.program_id(1) + 1)
         if tl.program_id(0)*BR >= n: return
@@ -351,7 +418,7 @@ if triton is not None:
         rm = i < n
         row = tl.load(ROWS + u0 + i, mask=rm, other=0) - s0  # the row in its width's tensor
         c = tl.arange(0, CB)
-        if RULE == 2: a1,db2 = tl.load(FL + 2*tl.program_id(1)),tl.load(FL + 2*tl.program_id(1) + 1)  # the width's debiasing
+        if RULE == 2: a1,db2 = tl.load(HP + 5 + 2*tl.program_id(1)),tl.load(HP + 6 + 2*tl.program_id(1))  # the width's debiasing
         if RULE == 1:  # row-wise: the mean of the row's squared gradient first
             acc = tl.zeros([BR], tl.float32)
             for c0 in range(0, d, CB):
@@ -377,19 +444,22 @@ if triton is not None:
                 w = w + (-a1)*tl.div_rn(mo, tl.sqrt_rn(tl.div_rn(v, db2)) + eps)
             tl.store(w_ + off, w, mask=cm)
 
-def _rows_fused(rule:str, rows:Tensor, un:Tensor, parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float, **_):
+def _rows_hypers(parts:list, lr:float, wd:float, eps:float, mom:float, sqr_mom:float, **_)->list:
+    "`_rows_kernel`'s hyper-parameters: lr, keep, eps, mom, sqr_mom, then each width's (lr over its first debiasing, the second)"
+    fl = [x for *_,step in parts for x in (lr/debias(mom, 1-mom, step), debias(sqr_mom, 1-sqr_mom, step))]
+    return [lr, 1 - lr*wd, eps, mom, sqr_mom, *fl]
+
+def _rows_fused(rule:str, rows:Tensor, un:Tensor, parts:list, hp:Tensor):
     """Every width's step in one Triton kernel: `parts` are (most rows, first id, weights, gradients summed by row, state tensors,
     step) of each width, `rows` the touched rows in one id space, `un` each width's first row in `rows` and count (on the device:
-    the grid covers the most rows a width may have touched)"""
-    meta,fl = [],[]
+    the grid covers the most rows a width may have touched), `hp` `_rows_hypers` on the device"""
+    meta = []
     for _,s0,w,g,sts,step in parts:
         ptrs = [t.data_ptr() for t in sts] + [0]*(2-len(sts))
         meta += [s0, w.shape[1], w.data_ptr(), g.data_ptr(), *ptrs]
-        fl += [lr/debias(mom, 1-mom, step), debias(sqr_mom, 1-sqr_mom, step)]
     cb = min(64, triton.next_power_of_2(max(p[2].shape[1] for p in parts)))  # columns a pass; a tile of 4,096 values
-    meta,fl = _sent(meta, torch.int64, rows.device),_sent(fl, torch.float32, rows.device)
-    _rows_kernel[(triton.cdiv(max(p[0] for p in parts), 4096//cb), len(parts))](rows, un, meta, fl, lr, 1 - lr*wd, eps, mom,
-                                                                               sqr_mom, RULE=_RULE_IDS[rule], BR=4096//cb, CB=cb)
+    _rows_kernel[(triton.cdiv(max(p[0] for p in parts), 4096//cb), len(parts))](
+        rows, un, _sent(meta, torch.int64, rows.device), hp, RULE=_RULE_IDS[rule], BR=4096//cb, CB=cb)
 
 def _fusable(rows:Tensor, parts:list)->bool:
     "Whether `_rows_fused` can step `parts`: Triton, and float32 contiguous weights, gradients and state on the GPU"
@@ -433,9 +503,9 @@ class SparseEmbedOpt(Optimizer):
         grads = {p: p.grad for ps in sparse for p in ps}
         for p in grads: p.grad = None
         self.dense.step(closure)  # first: its launches overlap the backward's kernels, which the tables' step then waits for
-        for ps,h in zip(sparse, self.hypers):
+        for i,ps in enumerate(sparse):
             for p in ps: p.grad = grads[p]
-            if ps: self._rows_step(self._row_groups(ps), h)
+            if ps: self._rows_step(self._row_groups(ps), i)
             for p in ps: p.grad = None
 
     def _row_groups(self, ps):
@@ -518,28 +588,38 @@ class SparseEmbedOpt(Optimizer):
                                       device=members[0][0].device)
         return cache[key]
 
-    def _rows_step(self, groups, h):
-        "One step of the tables in `groups` (`row_groups`): the rows a batch touched and their state, by `rule` (one kernel on a GPU)"
+    def _hypers(self, i:int)->dict:
+        "Group `i`'s hyper-parameters for the tables' step: lr (times `lr_mult`), wd, eps, mom, sqr_mom"
+        h = self.hypers[i]
+        return dict(lr=h['lr']*self.lr_mult, wd=h.get('wd', 0.), eps=h['eps'], mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
+
+    def _rows_step(self, groups, i):
+        """One step of the tables in `groups` (`row_groups`) of parameter group `i`: the rows a batch touched and their state, by
+        `rule` (one kernel on a GPU, its hyper-parameters read from the device: a CUDA graph can hold it)"""
         groups = [(b,ms) for b,ms in groups if any(p.grad._nnz() for p,_ in ms)]  # tables the batch looked up
         if not groups: return
         fn,names = SPARSE_RULES[self.rule]
-        lr,wd = h['lr']*self.lr_mult,h.get('wd', 0.)
-        kw = dict(eps=h['eps'], mom=h.get('mom', 0.9), sqr_mom=h.get('sqr_mom', 0.99))
         rows,un,starts,sums = self._touched(groups)
         parts = []
         for (base,members),g,s in zip(groups, sums, starts):
             bufs = {k: self._state_buf(base, members, k, sh) for k,sh in names.items()}
-            step = self.state[members[0][0]].get('step', 0) + 1
-            for p,_ in members: self.state[p]['step'] = step
-            parts.append((len(g), s, base, g, list(bufs.values()), step))
-        if _fusable(rows, parts): return _rows_fused(self.rule, rows, un, parts, lr, wd, **kw)
+            sts = [self.state[p] for p,_ in members]
+            for st in sts: st['step'] = sts[0].get('step', 0)  # a group's tables step together
+            counted(sts)
+            parts.append((len(g), s, base, g, list(bufs.values()), sts[0]))
+        steps = lambda: [(*p[:5], p[5]['step']) for p in parts]  # each width's step count when read (by a replay, its own)
+        if _fusable(rows, parts):
+            return _rows_fused(self.rule, rows, un, steps(), device_values(lambda: _rows_hypers(steps(), **self._hypers(i)),
+                                                                           torch.float32, rows.device))
+        if capturing(): raise GraphUnfit("the tables' step runs torch ops that read the touched rows' count on the host")
+        h = self._hypers(i); lr,wd = h.pop('lr'),h.pop('wd')
         with allowed_sync(): un = un.tolist()  # the torch ops' slices (a GPU's only where the kernel cannot step these tables)
-        for (r0,n),(_,s,base,g,sts,step) in zip(un, parts):
+        for (r0,n),(_,s,base,g,sts,step) in zip(un, steps()):
             r = (rows[r0:r0+n] - s).long()
             w = base[r]
             if wd: w.mul_(1 - lr*wd)  # decoupled weight decay, of the touched rows only
             st = {k: b[r] for k,b in zip(names, sts)}
-            w = fn(w, g[:n], st, lr=lr, step=step, **kw)
+            w = fn(w, g[:n], st, lr=lr, step=step, **h)
             for k,b in zip(names, sts): b.index_copy_(0, r, st[k])
             base.index_copy_(0, r, w)
 

@@ -666,5 +666,6 @@ def main(
                     defaults={k: v for k,(v,_) in chosen.items()}, kept_epoch=getattr(keep, 'kept_epoch', None), epochs=epochs,
                     checkpoints=ckpt.n_saves,
                     cuda_graph_replays=graph.replays if graph else None, cuda_graph_capture_s=graph.capture_s if graph else None,
+                    cuda_graph_whole_step=(graph.why or True) if graph else None,  # True, or why only the passes were graphed
                     checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0), tables_by_rank=getattr(shard, 'bounds', None))
         return learn

@@ -1,6 +1,7 @@
-"""GPU suite for `CudaGraph` (`pytest -m gpu`): graphed fits equal fastai's eager ones (the row-sparse model with `SparseEmbedOpt`,
-the dense one with `ForeachLamb`, an optimizer that sets gradients to `None`, gradient accumulation), the graphs are replayed,
-and a graphed fit never waits for the device, its capture included."""
+"""GPU suite for `CudaGraph` (`pytest -m gpu`): graphed fits equal fastai's eager ones (the row-sparse model with `SparseEmbedOpt`
+and the dense one with `ForeachLamb` as whole steps in one graph; an optimizer that sets gradients to `None` and gradient
+accumulation through the forward's and backward's graphs), the graphs are replayed, and a graphed fit never waits for the device,
+its capture included."""
 from functools import partial
 import pytest, torch
 from fastai.tabular.all import set_seed, CategoryBlock, OptimWrapper, GradientAccumulation
@@ -38,10 +39,12 @@ def assert_same_fit(a, b):
 
 @pytest.mark.parametrize('opt,bf16', [('sparse', True), ('lamb', True), ('adamw', False)])
 def test_graphed_fit_equals_fastais(to, opt, bf16):
+    "Whole steps (forward to `zero_grad`, the one-cycle schedule sent each replay) over 78 steps: fastai's eager fit, to bf16's noise"
     cb = CudaGraph()
-    g, e = fit(to, opt, [cb], bf16), fit(to, opt, (), bf16)
+    g, e = fit(to, opt, [cb], bf16, bs=1024), fit(to, opt, (), bf16, bs=1024)
     n = len(g.dls.train)  # 2 epochs: `warmup` batches run, one capture, the rest (both epochs, validation between) replayed
     assert cb.captures == 1 and 2*(n-1) - cb.warmup <= cb.replays <= 2*n - cb.warmup, (cb.captures, cb.replays, n)  # a last batch: run
+    assert cb.why is None if opt != 'adamw' else 'its optimizer (OptimWrapper)' in cb.why  # the whole step, or the passes
     assert_same_fit(g, e)
     assert cb.graphs == {} and 'forward' not in g.model.__dict__  # the graphs' memory back, the model's own forward
     if opt == 'sparse': assert g.model.embeds[0].weight.grad is None  # the tables' gradients stayed row-sparse
@@ -51,7 +54,7 @@ def test_gradient_accumulation_adds_over_replays(to, opt):
     "fastai's `GradientAccumulation` skips `zero_grad`: the replays add into the gradients (dense ones in place, sparse ones summed)"
     cb = CudaGraph()
     g, e = fit(to, opt, [cb, GradientAccumulation(4096)]), fit(to, opt, [GradientAccumulation(4096)])
-    assert cb.replays > 0
+    assert cb.replays > 0 and ('GradientAccumulation' in cb.why or 'OptimWrapper' in cb.why)  # a step it skips: the passes graphed
     assert_same_fit(g, e)
 
 def test_graphed_fit_never_synchronises():
@@ -65,7 +68,7 @@ def test_graphed_fit_never_synchronises():
     v0 = learn.validate()[0]
     try: learn.fit_one_cycle(2, 1e-2, cbs=CheckNoSync())
     finally: torch.cuda.set_sync_debug_mode('default')
-    assert cb.replays > 0 and learn.recorder.values[-1][1] < v0 - 0.01
+    assert cb.replays > 0 and cb.why is None and learn.recorder.values[-1][1] < v0 - 0.01  # whole steps
 
 def test_a_new_shape_or_moved_parameters_are_captured_again_or_run(to):
     "The epoch's last, smaller batch gets its own graphs (up to `max_graphs`); a model whose parameters moved is not replayed stale"
@@ -97,19 +100,24 @@ def test_fgt_train_cuda_graph(tmp_path):
     g, e = main(out=str(tmp_path/'g'), cuda_graph=True, **common), main(out=str(tmp_path/'e'), **common)
     m = json.loads((tmp_path/'g'/'metrics.json').read_text())
     assert m['cuda_graph_replays'] >= len(g.dls.train) - 3 and m['cuda_graph_capture_s'] > 0 and m['roc_auc_score'] > 0.6, m
+    assert m['cuda_graph_whole_step'] is True, m
     for (k, v), w in zip(g.model.state_dict().items(), e.model.state_dict().values()):
         torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-5, msg=k)
 
-def test_a_fit_cut_short_then_a_graphed_fit(to):
-    "An exception cuts a graphed fit short (fastai runs no `after_fit`): the next graphed fit captures, replays and ends as usual"
-    from fastai.tabular.all import Callback
+@pytest.mark.parametrize('opt', ['adam', 'sparse'])
+def test_a_fit_cut_short_then_a_graphed_fit(to, opt):
+    """An exception cuts a graphed fit short (fastai runs no `after_fit`): the next graphed fit captures, replays and ends as usual,
+    the graphed forward (fastai's Adam: the passes graphed) or the whole step (`SparseEmbedOpt`) taken back from where it was left"""
+    from fastai.tabular.all import Callback, Adam
     class Boom(Callback):
         def after_batch(self):
             if self.training and self.iter == 6: raise RuntimeError('boom')
-    cb = CudaGraph()
+    cb, left = CudaGraph(), ('forward', 'model') if opt == 'adam' else ('_do_one_batch', 'learner')
     set_seed(0)
-    learn = tabular_learner(to.dataloaders(bs=2048, seed=0), layers=[32], emb_szs={n: 8 for n in to.cat_names}, cbs=cb)
+    learn = tabular_learner(to.dataloaders(bs=2048, seed=0), layers=[32], emb_szs={n: 8 for n in to.cat_names}, cbs=cb,
+                            config=dict(sparse=opt == 'sparse'), opt_func=Adam if opt == 'adam' else OPTS['sparse'])
+    where = lambda: (learn.model if left[1] == 'model' else learn).__dict__
     with learn.no_bar(), pytest.raises(RuntimeError, match='boom'): learn.fit(1, 1e-2, cbs=Boom())
-    assert cb.replays > 0 and 'forward' in learn.model.__dict__  # left on the model
+    assert cb.replays > 0 and left[0] in where()  # left on the model or the learner
     with learn.no_bar(): learn.fit(1, 1e-2)
-    assert cb.captures == 1 and cb.replays > 0 and 'forward' not in learn.model.__dict__
+    assert cb.captures == 1 and cb.replays > 0 and left[0] not in where() and (cb.why is None) == (opt == 'sparse')
