@@ -83,6 +83,7 @@ def _acts_in_step(cb)->list:
     "The events inside a training step that callback `cb` handles and a graph of the whole step would not hold"
     evs = [e for e in _STEP_EVENTS if callable(getattr(type(cb), e, None))]
     if isinstance(cb, MixedPrecision) and cb.amp_mode == AMPMode.BF16: return []  # autocast's: held (bf16 has no gradient scaler)
+    if getattr(type(cb), 'graph_safe', False): return []  # its handlers only look (a profiler's marks): called after the replay
     return evs
 
 def step_unfit(learn)->str|None:
@@ -159,8 +160,9 @@ class CudaGraph(Callback):
 
     def _fall_back(self, why):
         "The forward and backward from graphs from now on, the rest of the step as it is, saying `why` once"
-        if self.whole_step and why not in self._said: warn(f"CudaGraph: the forward and backward are graphed, not the whole step: {why}")
-        self._said.add(why); self.why,self.steps = why,False
+        if self.whole_step and self.learn.opt is not None and why not in self._said:  # no optimizer: `validate` before a fit
+            warn(f"CudaGraph: the forward and backward are graphed, not the whole step: {why}"); self._said.add(why)
+        self.why,self.steps = why,False
         self.learn.__dict__.pop('_do_one_batch', None)
         self.model.forward = self._forward  # on the instance: the model's class, state dict and hooks stay its own
 

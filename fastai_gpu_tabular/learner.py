@@ -127,6 +127,8 @@ def _fast_defaults(dls, layers:list, emb_szs:dict|None, n_out:int, fast:bool, em
     `fgt-train`'s rules (`big_tables`, `LAMB_MIN_ROWS`, `GRAPH_MIN_ROWS`)"""
     said,to = {},dls.train_ds
     rows,dev = dls.train.bs*max(num_distrib(), 1),torch.device(getattr(dls.train, 'device', None) or 'cpu')
+    f = getattr(kwargs.get('opt_func'), 'func', kwargs.get('opt_func'))
+    if emb_opt == 'auto' and isinstance(f, type) and issubclass(f, SparseEmbedOpt): emb_opt = None  # the caller's row-sparse tables
     if emb_opt == 'auto':
         big,why = big_tables(to, emb_szs or {}, layers, n_out) if fast and n_out and hasattr(to, 'classes') else (False, '')
         emb_opt = 'rowwise-adagrad' if big else None

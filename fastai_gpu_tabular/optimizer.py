@@ -16,9 +16,9 @@ from .comm import distributed, gather_rows, all_gather_cat, rank_world
 from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
-           'rowwise_adagrad_rows', 'lazy_adam_rows', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values',
-           'counted', 'device_values', 'SparseEmbedOpt', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values', 'counted', 'device_values', 'ForeachLamb',
+           'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows', 'rowwise_adagrad_rows',
+           'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -70,6 +70,68 @@ if triton is not None:
             else: acc1,acc2 = acc1 + p*p,acc2 + u*u
         if not APPLY:
             tl.store(PART + b, tl.sum(acc1)); tl.store(PART + tl.num_programs(0) + b, tl.sum(acc2))
+
+# %% ../nbs/06_optimizer.ipynb #5e1a7c3d
+class GraphUnfit(RuntimeError):
+    "A training step that a CUDA graph cannot hold as it is (raised while capturing, with the reason)"
+
+class StepValues:
+    """The host values a captured training step's kernels read, as slots of one device buffer that `write` fills before each replay
+    in one copy: lists made when the step was captured (tables of pointers, sizes: written once) and functions of the step's state
+    (the scheduler's hyper-parameters, the debiasing of each step count: written each replay), and the step counts each replay
+    advances"""
+    def __init__(self, device, nbytes:int=1<<16):
+        self.buf,self.slots,self.counts,self.used,self.host = torch.zeros(nbytes, dtype=torch.uint8, device=device),[],[],0,None
+
+    def slot(self, f:Callable, dtype, const:bool=False)->Tensor:
+        "A slot of the buffer for `f()`'s values in `dtype`, filled by each `write` (`const`: by the first)"
+        n = len(f())*torch.empty((), dtype=dtype).element_size()
+        if self.used + n > len(self.buf): raise GraphUnfit(f"the step's host values need more than {len(self.buf):,} bytes")
+        t = self.buf[self.used:self.used + n].view(dtype)
+        self.slots.append((self.used, f, np.dtype(str(dtype).split('.')[-1]), const)); self.used += -(-n//8)*8
+        return t
+
+    def write(self, count:bool=True):
+        "Before a replay: the step counts one on (`count`: a replay after the capture's own step), then the slots' values sent"
+        if count:
+            for sts in self.counts:
+                for s in sts: s['step'] += 1
+        if not self.used: return
+        first,self.host = self.host is None,ifnone(self.host, np.zeros(self.used, dtype=np.uint8))
+        for o,f,dt,const in self.slots:
+            if first or not const: v = np.asarray(f(), dtype=dt).view(np.uint8); self.host[o:o + len(v)] = v
+        h = torch.from_numpy(self.host)
+        self.buf[:self.used].copy_(h.pin_memory() if self.buf.is_cuda else h, non_blocking=True)
+
+_values = None  # the `StepValues` of the step a CUDA graph is capturing on this process, else None
+
+def capturing()->bool:
+    "Whether a training step is being captured (`CudaGraph`): host values go to the device through `StepValues` slots"
+    return _values is not None
+
+@contextmanager
+def captured_values(v:StepValues):
+    "Within: every `_sent`, `device_values` and `counted` of the optimizers goes through `v`"
+    global _values
+    _values = v
+    try: yield v
+    finally: _values = None
+
+def counted(sts:list):
+    "Each state's 'step' one on (a fresh state's from 0); under a capture again before each later replay"
+    for s in sts: s['step'] = s.get('step', 0) + 1
+    if _values is not None: _values.counts.append(sts)
+
+def device_values(f:Callable, dtype, device)->Tensor:
+    "`f()` (the step's values of hyper-parameters) as a tensor on `device`: sent now, or under a capture a slot sent before each replay"
+    return _values.slot(f, dtype) if _values is not None else _sent(f(), dtype, device)
+
+def _sent(xs:list, dtype, device)->Tensor:
+    """`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done);
+    under a capture a slot of its `StepValues` (a copy from pinned memory that the graph would replay could read freed memory)"""
+    if _values is not None: return _values.slot(lambda: xs, dtype, const=True)
+    t = torch.tensor(xs, dtype=dtype)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == 'cuda' else t.to(device)
 
 # %% ../nbs/06_optimizer.ipynb #6f074716
 class _Table:
@@ -309,67 +371,6 @@ if triton is not None:
                 go = (pq + 1 < n) & (tl.load(SEG + e0 + pq + 1, mask=pq + 1 < n, other=-1) == s)
                 q += 1
             tl.store(g_ + (s - tl.load(SEG + e0))*d + c, acc, mask=c < d)
-
-class GraphUnfit(RuntimeError):
-    "A training step that a CUDA graph cannot hold as it is (raised while capturing, with the reason)"
-
-class StepValues:
-    """The host values a captured training step's kernels read, as slots of one device buffer that `write` fills before each replay
-    in one copy: lists made when the step was captured (tables of pointers, sizes) and functions of the step's state (the
-    scheduler's hyper-parameters, the debiasing of each step count), and the step counts that each replay advances"""
-    def __init__(self, device, nbytes:int=1<<16):
-        self.buf,self.slots,self.counts,self.used = torch.zeros(nbytes, dtype=torch.uint8, device=device),[],[],0
-
-    def slot(self, f:Callable, dtype)->Tensor:
-        "A slot of the buffer for `f()`'s values in `dtype`, filled by each `write`"
-        n = len(f())*torch.empty((), dtype=dtype).element_size()
-        if self.used + n > len(self.buf): raise GraphUnfit(f"the step's host values need more than {len(self.buf):,} bytes")
-        t = self.buf[self.used:self.used + n].view(dtype)
-        self.slots.append((f, dtype)); self.used += -(-n//8)*8
-        return t
-
-    def write(self, count:bool=True):
-        "Before a replay: the step counts one on (`count`: a replay after the capture's own step), then every slot's values sent"
-        if count:
-            for sts in self.counts:
-                for s in sts: s['step'] += 1
-        if not self.used: return
-        b = np.zeros(self.used, dtype=np.uint8)
-        o = 0
-        for f,dtype in self.slots:
-            v = np.asarray(f(), dtype=str(dtype).split('.')[-1]).tobytes()
-            b[o:o + len(v)] = np.frombuffer(v, np.uint8); o += -(-len(v)//8)*8
-        self.buf[:self.used].copy_(torch.from_numpy(b).pin_memory() if self.buf.is_cuda else torch.from_numpy(b), non_blocking=True)
-
-_values = None  # the `StepValues` of the step a CUDA graph is capturing on this process, else None
-
-def capturing()->bool:
-    "Whether a training step is being captured (`CudaGraph`): host values go to the device through `StepValues` slots"
-    return _values is not None
-
-@contextmanager
-def captured_values(v:StepValues):
-    "Within: every `_sent`, `device_values` and `counted` of the optimizers goes through `v`"
-    global _values
-    _values = v
-    try: yield v
-    finally: _values = None
-
-def counted(sts:list):
-    "Each state's 'step' one on (a fresh state's from 0); under a capture again before each later replay"
-    for s in sts: s['step'] = s.get('step', 0) + 1
-    if _values is not None: _values.counts.append(sts)
-
-def device_values(f:Callable, dtype, device)->Tensor:
-    "`f()` (the step's values of hyper-parameters) as a tensor on `device`: sent now, or under a capture a slot sent before each replay"
-    return _values.slot(f, dtype) if _values is not None else _sent(f(), dtype, device)
-
-def _sent(xs:list, dtype, device)->Tensor:
-    """`xs` as a tensor on `device`, a GPU's without waiting for the copy (from pinned memory, which torch reuses once it is done);
-    under a capture a slot of its `StepValues` (a copy from pinned memory that the graph would replay could read freed memory)"""
-    if _values is not None: return _values.slot(lambda: xs, dtype)
-    t = torch.tensor(xs, dtype=dtype)
-    return t.pin_memory().to(device, non_blocking=True) if device.type == 'cuda' else t.to(device)
 
 def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     """Each width's gradients `vals` summed by touched row, from the lookups of every width sorted once (`seg`: each sorted

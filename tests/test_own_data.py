@@ -126,6 +126,12 @@ def test_03_tabular_learner_chooses_what_fgt_train_chooses(capsys):
     assert "tabular_learner: row-sparse ('rowwise-adagrad') and 16 wide (fastai's widths would give" in out and 'LAMB (16,384 rows' in out
     small = tabular_learner(to.dataloaders(bs=512, device='cpu'), emb_szs={'user': 4, 'item': 4})  # small tables: fastai's flow
     assert not small.model.sparse and small.opt_func is not learn.opt_func and 'tabular_learner' not in capsys.readouterr().out
+    from functools import partial
+    from fastai_gpu_tabular.optimizer import ForeachLamb
+    own = tabular_learner(to.dataloaders(bs=16_384, device='cpu'), emb_szs={'user': 300, 'item': 8}, config=dict(sparse=True),
+                          opt_func=partial(SparseEmbedOpt, opt_func=ForeachLamb, rule='lazy-adam'))  # the caller's row-sparse tables kept
+    own.create_opt()
+    assert type(own.opt.dense) is ForeachLamb and own.opt.rule == 'lazy-adam' and own.model.embeds[0].embedding_dim == 300  # 18M: big
 
 def test_03_a_large_batch_learner_validates_before_any_fit():
     "LAMB's `ExcludeEmbeddings` (chosen at 16,384 rows a step) found no optimizer in `validate` before a fit"

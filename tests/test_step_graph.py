@@ -103,6 +103,11 @@ def test_a_step_a_graph_cannot_hold_is_named(to):
     assert step_unfit(learn) is None
     learn.add_cb(GradientAccumulation(2048))
     assert 'GradientAccumulation (after_loss, before_step)' in step_unfit(learn)
+    class Looks(Callback):
+        graph_safe = True  # a profiler's marks: its handlers only look
+        def after_loss(self): pass
+    learn.remove_cb(GradientAccumulation); learn.add_cb(Looks())
+    assert step_unfit(learn) is None
     learn = tabular_learner(to.dataloaders(bs=512, device='cpu'), layers=[16], opt_func=Adam); learn.create_opt()
     assert 'its optimizer (Optimizer)' in step_unfit(learn)
 

@@ -47,6 +47,7 @@ EVENTS = ['before_batch', 'after_pred', 'after_loss', 'after_backward', 'before_
 
 class Marks(Callback):
     "Marks at `EVENTS` of training batches `warm`..`warm+n`, then the torch profiler over `prof` batches; a report a rank"
+    graph_safe = True  # marks only: `CudaGraph` replays the whole step, the marks after it
     order = 100
     def __init__(self): self.marks, self.prof, self.done = [], None, False
     def _mark(self, e):

@@ -36,6 +36,7 @@ EVENTS = ['before_batch', 'after_pred', 'after_loss', 'before_backward', 'after_
 
 class Marks(Callback):
     "A host time and a CUDA event at each of `EVENTS` of `n` training batches after `warm`, then stop the fit"
+    graph_safe = True  # marks only: `CudaGraph` replays the whole step, the marks after it
     order = 100
     def __init__(self, n, warm=10): self.n, self.warm, self.marks = n, warm, []
     def _mark(self, e):
