@@ -25,7 +25,8 @@ def prep():
     one GPU dask computes in this process (`in_process`). Its process ends as soon as all is written (`_exit_now`)"""
     a = sys.argv[1:]
     gpu = False if '--cpu' in a else None
-    t = start_dask_client(gpu=gpu) if '--dask' in a and not {'-h', '--help'} & set(a) and not in_process(gpu) else None
+    own = '--dask' in a and not {'-h', '--help', '--scheduler'} & set(a) and not in_process(gpu)  # a cluster of this machine's
+    t = start_dask_client(gpu=gpu) if own else None
     from fastai_gpu_tabular.data import main
     kwargs = {k: v for k,v in vars(parser(main, 'fgt-prep').parse_args(a)).items() if k not in ('pdb', 'xtra')}
     with refusing('fgt-prep'): main(**kwargs)

@@ -26,14 +26,22 @@ def dask_client(
     memory_limit='auto', # Host memory of each worker, beyond which it spills to disk
     threads_per_worker:int|None=None, # Partitions a worker works on at once (default: 2 on a GPU, whose reads, Python and writes
                                       # then overlap the other's kernels: 1.14-1.17x on 100M Criteo rows, bench/NOTES.md; 1 on the CPU)
+    address:str|None=None, # A running scheduler's (`dask scheduler`, its workers started by `dask worker ADDRESS` or `dask cuda worker
+                           # ADDRESS` on each machine): a client of it, whatever the arguments above
     **kwargs # More arguments for the cluster
 ):
-    "The active `distributed.Client` (a multi-node cluster's, say), else a client of a new local cluster: one worker per GPU"
+    """The active `distributed.Client` (a multi-node cluster's, say), or one of the scheduler at `address`, else a client of a new
+    local cluster: one worker per GPU"""
     if _started and _started[0] is not threading.current_thread():  # the cluster `start_dask_client` began: its client or error
         t = _started.pop(); t.join()
         if t.error: raise t.error
     import dask
     from distributed import Client, default_client
+    if address is not None:
+        try: return Client(address, timeout='30s')
+        except OSError as e:
+            raise RuntimeError(f"no dask scheduler answered at {address} ({e}): start one (`dask scheduler`) and its workers "
+                               "(`dask worker ADDRESS`), or leave the address out for a cluster of this machine") from e
     try: return default_client()
     except ValueError: pass
     kwargs['preload'] = [PRELOAD, *listify(kwargs.get('preload', dask.config.get('distributed.worker.preload')))]  # and the config's
@@ -90,7 +98,7 @@ def in_process(gpu:bool|None=None)->bool:
 def dask_scheduler(gpu:bool|None=None, **kwargs):
     """What dask computes on inside the block: its threaded scheduler in this process, `IN_PROCESS_THREADS` partitions at once,
     where `in_process(gpu)` (yields None), else `dask_client(gpu=gpu, **kwargs)` (yields the client)"""
-    if not in_process(gpu): yield dask_client(gpu=gpu, **kwargs); return
+    if kwargs.get('address') or not in_process(gpu): yield dask_client(gpu=gpu, **kwargs); return
     import dask, torch
     if (gpu_available() if gpu is None else gpu) and torch.cuda.is_available():
         from .stream import _async_mr

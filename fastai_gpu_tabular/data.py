@@ -394,11 +394,15 @@ def main(
     split_out:int=1, # With `--dask`: merge the ids' counts in this many pieces (columns whose ids do not fit one worker at once)
     split_every:int=8, # With `--dask`: merge the partitions' statistics this many at a time (2: the least memory a merge holds)
     blocksize:str=None, # With `--dask`: partitions of about this many bytes, e.g. '1GB' (default: 32 MiB on the CPU, 1/64 of a GPU)
+    scheduler:str=None, # With `--dask`: a running dask scheduler's address, e.g. tcp://10.0.0.1:8786 (several machines: `dask
+                        # scheduler`, then `dask worker ADDRESS` or `dask cuda worker ADDRESS` on each); `--data` and `--out` where all
+                        # its workers see them
 ):
     "Preprocess the MovieLens sample, synthetic data or your file on the GPU (pandas on the CPU), and write the processed format"
     if y_block not in ('category', 'regression'): raise ValueError(f"`y_block` must be 'category' or 'regression', not {y_block!r}")
     if rows < 1: raise ValueError(f"`rows` must be a positive number of rows, not {rows}")
-    for k,v,d in (('split-out', split_out, 1), ('split-every', split_every, 8), ('blocksize', blocksize, None)):
+    for k,v,d in (('split-out', split_out, 1), ('split-every', split_every, 8), ('blocksize', blocksize, None),
+                  ('scheduler', scheduler, None)):
         if v != d and not dask: raise ValueError(f"`--{k}` is an option of `--dask`'s partitions and merges: add `--dask`")
     gpu,t0 = gpu_available() and not cpu,time.perf_counter()
     names = dict(cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
@@ -409,7 +413,8 @@ def main(
         if dask:  # on one GPU in this process, else on a cluster (`fgt-prep`'s began to start it), whose wait is said apart
             from .tabular_dask import TabularDask
             from .cluster import dask_scheduler
-            tc = time.perf_counter(); client = stack.enter_context(dask_scheduler(gpu)); tc = time.perf_counter() - tc
+            tc = time.perf_counter(); client = stack.enter_context(dask_scheduler(gpu, **({'address': scheduler} if scheduler else {})))
+            tc = time.perf_counter() - tc
             ddf,cols = read_dask(data, gpu, rows, seed, pass_names=pass_names, blocksize=blocksize, **names)
             to = TabularDask(ddf, procs=procs(cols), split_out=split_out, split_every=split_every, **kw, **cols)
         else:

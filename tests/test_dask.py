@@ -387,7 +387,8 @@ def test_larger_than_the_workers_memory(tmp_path):
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
 def test_a_cluster_started_from_the_command_line(tmp_path):
-    "A scheduler and two workers started with `dask scheduler` / `dask worker`, as on several machines; the ETL through `Client(address)`"
+    """A scheduler and two workers started with `dask scheduler` / `dask worker`, as on several machines: the ETL through
+    `Client(address)`, and `fgt-prep --dask --scheduler ADDRESS`, write what memory writes; a scheduler that is not there is named"""
     df = synth_movielens(5_000, n_users=300, n_items=100, gpu=False).drop(columns=['genres'])
     df.to_parquet(tmp_path/'in.parquet')
     addr, env = f'tcp://127.0.0.1:{free_port()}', dict(os.environ, PYTHONPATH=str(ROOT))
@@ -413,12 +414,21 @@ TabularDask(dd.read_parquet({str(tmp_path/'in.parquet')!r}, split_row_groups=Tru
 """
         r = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
+        r = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.cli', '--dask', '--cpu', '--scheduler', addr, '--data',  # `fgt-prep`
+                            str(tmp_path/'in.parquet'), '--cat-names', 'userId,movieId', '--cont-names', 'days,year', '--y-names',
+                            'target', '--seed', '3', '--out', str(tmp_path/'prep')], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and 'waiting for the dask cluster' in r.stdout, r.stderr[-3000:]
+        nobody = f'tcp://127.0.0.1:{free_port()}'
+        gone = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.cli', '--dask', '--cpu', '--scheduler', nobody, '--out',
+                               str(tmp_path/'none')], env=env, capture_output=True, text=True, timeout=120)
+        assert gone.returncode == 1 and 'no dask scheduler answered at tcp://127.0.0.1:' in gone.stderr, gone.stderr[-2000:]
     finally:
         for p in procs: p.terminate()
         for p in procs: p.wait(30)
     TabularGPU(df, procs=PROCS, cat_names=['userId', 'movieId'], cont_names=['days', 'year'], y_names='target', y_block=CategoryBlock(),
                splits=RandomRowSplit(0.2, 3)).to_parquet(tmp_path/'mem')
     assert_same_output(tmp_path/'mem', tmp_path/'out')
+    assert_same_output(tmp_path/'mem', tmp_path/'prep')  # `fgt-prep --scheduler` on the same workers: the same folder
 
 def test_dask_client_starts_a_local_cluster_and_says_where_its_dashboard_is():
     script = ("from fastai_gpu_tabular.tabular_dask import dask_client\n"

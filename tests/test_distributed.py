@@ -116,6 +116,24 @@ def test_fgt_trains_own_launch_is_torchruns(tmp_path):
         check_ranks(1, True); check_ranks(2, True)
         with pytest.raises(ValueError, match='1 or more'): check_ranks(0, True)
 
+def test_two_machines_of_one_process_train_as_two_ranks_of_one(tmp_path):
+    """`accelerate launch --num_machines 2 --machine_rank 0|1 --main_process_ip 127.0.0.1`, a process a "machine" (gloo): global ranks
+    0 and 1 whose local rank is 0 on both train what two ranks of one machine train; only global rank 0 writes (machine 1's `--out`
+    is never made)"""
+    from fastai_gpu_tabular.cli import free_port
+    common = ('--no-bn', '--epochs', 1, '--lr', 1e-2, '--bs', 300)
+    ref, port = train(tmp_path, 'ref', 2, *common), free_port()
+    cmd = lambda r: [sys.executable, '-m', 'accelerate.commands.launch', '--multi_gpu', '--num_machines', '2', '--machine_rank', str(r),
+                     '--main_process_ip', '127.0.0.1', '--main_process_port', str(port), '--num_processes', '2', '--mixed_precision', 'no',
+                     '--dynamo_backend', 'no', '-m', 'fastai_gpu_tabular.train', *map(str, ('--data', 'synth', '--rows', 12_000,
+                     '--deterministic', '--cpu', '--out', tmp_path/f'machine{r}', *common))]
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
+    ps = [subprocess.Popen(cmd(r), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=600) for p in ps]
+    assert all(p.returncode == 0 for p in ps), '\n'.join(o[1][-3000:] for o in outs)
+    assert_same_weights(ref, tmp_path/'machine0', tol=0)
+    assert json.loads((tmp_path/'machine0'/'metrics.json').read_text())['world_size'] == 2 and not (tmp_path/'machine1').exists()
+
 @pytest.mark.parametrize('emb', [('lazy-adam', 'fixed', '8'), ('adagrad', 'fastai', 'userId=8,movieId=6')])  # one width; three
 def test_two_ranks_with_sparse_tables_match_one_process(tmp_path, emb):
     "`--emb-opt`: the tables out of DDP, their touched rows gathered from both ranks by `SparseEmbedOpt` and averaged as DDP does"
