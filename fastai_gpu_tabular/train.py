@@ -574,8 +574,9 @@ def main(
     metrics:str=None, # Comma-separated: auc, accuracy, rmse, mrr, ndcg@K, recall@K (default: accuracy and auc, or rmse)
     freq_threshold:str=None, # Raw data: ids seen fewer times in training share one `#rare#` code (a number, or 'name=N,...')
     max_size:str=None, # Raw data: at most this many ids a column, most frequent first (a number, or 'name=N,...')
-    cuda_graph:store_true=False, # Replay each training batch's forward and backward from CUDA graphs (`CudaGraph`; by default from
-                                 # `GRAPH_MIN_ROWS` rows to train, on one GPU or several with row-sparse tables)
+    cuda_graph:store_true=False, # Replay each training batch's whole step from one CUDA graph (`CudaGraph`; its forward and backward
+                                 # where the step cannot be one: several GPUs, fastai's Adam); by default from `GRAPH_MIN_ROWS` rows to
+                                 # train, on one GPU or several with row-sparse tables
     no_cuda_graph:store_true=False, # Never replay CUDA graphs
 ):
     "Preprocess, train and evaluate a tabular model on a CPU, a GPU, or each GPU of `fgt-train --num-processes N` or `accelerate launch`"
