@@ -481,14 +481,15 @@ def building(path, overwrite:bool=False,
         os.replace(tmp, path); shutil.rmtree(old, ignore_errors=True)
     else: os.replace(tmp, path)
 
-def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed:int|None=None):
+def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=(), shuffle_seed:int|None=None,
+                       with_procs:bool=True): # The procs of `to` too (False: saved already, as a cluster's write pass does)
     "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"
     splits = {k: dict(rows=sum(p['rows'] for p in ps if p), files=[f"{k}/{p['file']}" for p in ps if p]) for k,ps in parts.items()}
     cols = dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names))
     info = dict(format=PROCESSED_FORMAT, **splits, columns=cols, columns_by_types=bool(getattr(to, 'names_by_types', False)),
                 row_group_rows=row_group_rows, shuffle_seed=shuffle_seed)
     write_json(Path(folder)/'dataset.json', info)
-    save_procs(to, Path(folder)/'procs')
+    if with_procs: save_procs(to, Path(folder)/'procs')
 
 @patch
 def to_parquet(self:TabularGPU,

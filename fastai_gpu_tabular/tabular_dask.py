@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tabular_dask.ipynb #5e15bb2f
 from __future__ import annotations
-import functools, importlib, math, multiprocessing, threading, time, uuid
+import functools, importlib, math, multiprocessing, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable
@@ -70,37 +70,35 @@ def _client():
     return c if hasattr(c, 'scatter') else None
 
 class _Shared:
-    """`o` for every task of a pass on a cluster: pickled once into `folder` (which every worker of the pass writes to), loaded once
-    by each worker process, by its first task that needs it. `Client.scatter(broadcast=True)` replicates through the scheduler: the
-    procs of a billion click-log rows (24M rare ids, 265 MB pickled) had not reached 4 GPU workers after 6 minutes"""
-    def __init__(self, o, folder):
-        self.path = Path(folder)/f'.shared-{uuid.uuid4().hex[:8]}.pkl'
-        save_pickle(self.path, o)
+    """The fitted procs of `to` for every task of a pass on a cluster: saved once in the processed format's own procs folder of
+    `folder` (`save_procs`: JSON and parquet, nothing a worker could run), which every worker of the pass writes to, and loaded
+    once by each worker process, by its first task that needs them. `Client.scatter(broadcast=True)` replicates through the
+    scheduler: the procs of a billion click-log rows (24M rare ids, 265 MB pickled) had not reached 4 GPU workers after 6 minutes"""
+    def __init__(self, to, folder): self.path = save_procs(to, Path(folder)/'procs').parent
     def __dask_tokenize__(self): return str(self.path)
     def get(self):
-        "The object, loaded from its file by the first task of this worker that asks (kept on the worker, which outlives the tasks)"
+        "The procs, loaded from their folder by the first task of this worker that asks (kept on the worker, which outlives the tasks)"
         from distributed import get_worker
         w = get_worker().__dict__
         with w.setdefault('_fgt_shared_lock', threading.Lock()):
             c = w.setdefault('_fgt_shared', {})
             if (o := c.get(self.path)) is None:
                 c.clear()  # one at a time: an earlier pass's goes
-                o = c[self.path] = load_pickle(self.path)
+                o = c[self.path] = load_procs(self.path)[0]
             return o
 
 def _forget_shared(dask_worker): dask_worker.__dict__.pop('_fgt_shared', None)
 
 @contextmanager
-def _shared(o, folder):
-    """`o` as an argument of every task of a pass writing to `folder`: on a cluster a `_Shared` (its file and the workers' copies
-    gone after the pass), else one key of the graph. (As a key on a cluster, dask ran it late, on one worker: another had read and
-    prepared most partitions by then, and sent them over)"""
+def _shared(to, folder):
+    """The fitted procs of `to` as an argument of every task of a pass writing to `folder`: on a cluster a `_Shared` (the folder's
+    procs, the workers' copies gone after the pass), else one key of the graph. (As a key on a cluster, dask ran it late, on one
+    worker: another had read and prepared most partitions by then, and sent them over)"""
     from dask import delayed
-    if (c := _client()) is None: yield delayed(o, traverse=False); return
-    s = _Shared(o, folder)
+    if (c := _client()) is None: yield delayed(list(to.procs), traverse=False); return
+    s = _Shared(to, folder)
     try: yield s
     finally:
-        s.path.unlink(missing_ok=True)
         try: c.run(_forget_shared)
         except Exception: pass  # memory only: the pass's own error, if any, is the one to see
 
@@ -661,7 +659,7 @@ def to_parquet(self:TabularDask,
     pmeta,parts = (kept._meta,[(p, None) for p in kept.to_delayed()]) if kept is not None else self._prep_parts(extra=pass_names)
     meta = _processed_meta(pmeta, list(self.procs), names, pn)
     row_group_rows = row_group_rows or row_group_rows_for({n: t for n,t in meta.dtypes.items() if n not in (_POS, _VALID)}, self.mh_names)
-    with building(path, overwrite) as tmp, _timed(self, 'write'), _shared(list(self.procs), tmp) as procs:  # not in every task
+    with building(path, overwrite) as tmp, _timed(self, 'write'), _shared(self, tmp) as procs:  # not in every task
         if shuffle_seed is None:
             res = _compute(*[delayed(_write_pass)(p, a, procs, names, pn, tmp, i, row_group_rows, part_rows)
                              for i,(p,a) in enumerate(parts)])
@@ -673,5 +671,5 @@ def to_parquet(self:TabularDask,
             res = _compute(*[w(p, i, 'train') for i,p in enumerate(tr.to_delayed())],
                            *[w(p, i, 'valid') for i,p in enumerate(out.to_delayed())])
         parts = {k: [f for r in res for f in r.get(k, ())] for k in ('train', 'valid')}
-        write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed)
+        write_dataset_info(tmp, self, parts, row_group_rows, pass_names, shuffle_seed, with_procs=not isinstance(procs, _Shared))
     return Path(path)

@@ -493,20 +493,25 @@ def test_fgt_prep_with_dask_on_one_gpu_computes_in_this_process(flights, tmp_pat
     assert_same_output(tmp_path/'mem', tmp_path/'dask')
 
 def test_fitted_procs_reach_every_worker_before_the_write_pass(client, tmp_path):
-    """The procs every partition's processing takes go to the workers through a file of the pass's folder (`_shared`), which each
-    worker process loads once: `Client.scatter(broadcast=True)` of a billion click-log rows' procs (265 MB) had not reached 4 GPU
-    workers after 6 minutes; as a key of the graph dask ran them late, on one worker, which then sent every partition over"""
+    """The procs every partition's processing takes go to the workers through the pass's folder (`_shared`): the processed format's
+    own procs (JSON and parquet, no pickle a worker would run), which each worker process loads once: `Client.scatter(broadcast=True)`
+    of a billion click-log rows' procs (265 MB) had not reached 4 GPU workers after 6 minutes; as a key of the graph dask ran them
+    late, on one worker, which then sent every partition over"""
     from dask.delayed import Delayed
     from fastai_gpu_tabular.tabular_dask import _shared, _Shared
+    to = TabularGPU(pd.DataFrame({'a': ['x', 'y', 'x', 'z'], 'b': [1., 2., 3., 4.], 'y': [0, 1, 0, 1]}), procs=PROCS, cat_names=['a'],
+                    cont_names=['b'], y_names='y', y_block=CategoryBlock())
     ws = list(client.scheduler_info()['workers'])
-    with _shared([Categorify(), 2], tmp_path) as s:
-        assert isinstance(s, _Shared) and s.path.parent == tmp_path and s.path.exists()
-        got = client.gather([client.submit(lambda: (s.get()[1], s.get() is s.get()), workers=[w], pure=False) for w in ws])
-        assert got == [(2, True)] * 2  # every worker, loaded once
+    with _shared(to, tmp_path) as s:
+        assert isinstance(s, _Shared) and s.path == tmp_path/'procs' and (s.path/'procs.json').exists()
+        got = client.gather([client.submit(lambda: ([type(p).__name__ for p in s.get()], s.get() is s.get()), workers=[w], pure=False)
+                             for w in ws])
+        assert got == [([type(p).__name__ for p in to.procs], True)] * 2  # every worker, loaded once
         assert all(client.run(lambda dask_worker: s.path in dask_worker._fgt_shared).values())
-    assert not s.path.exists() and not any(client.run(lambda dask_worker: hasattr(dask_worker, '_fgt_shared')).values())  # gone
-    with dask.config.set(scheduler='sync'), _shared([1], tmp_path) as d: assert isinstance(d, Delayed)  # a key of the graph
-    assert list(tmp_path.iterdir()) == []
+    assert not any(client.run(lambda dask_worker: hasattr(dask_worker, '_fgt_shared')).values())  # the workers' copies gone
+    assert list(tmp_path.iterdir()) == [tmp_path/'procs']  # the folder's own procs, kept
+    with dask.config.set(scheduler='sync'), _shared(to, tmp_path/'sync') as d: assert isinstance(d, Delayed)  # a key of the graph
+    assert not (tmp_path/'sync').exists()
 
 def test_gpu_partitions_by_default_hold_a_share_of_the_gpu_within_the_workers_device_limits(monkeypatch):
     """On the GPU a default partition holds `GPU_BLOCKSIZE` of the device with 2 workers as with one (halved, 2 GPUs were slower),
