@@ -20,7 +20,7 @@ from .graph import CudaGraph
 
 # %% auto #0
 __all__ = ['rmse', 'SPARSE_MIN_PARAMS', 'SPARSE_LR', 'LAMB_MIN_ROWS', 'GRAPH_MIN_ROWS', 'LR_FIND_CHECK', 'RUN_FORMAT',
-           'MSELossFlat64', 'table_params', 'big_tables', 'tabular_learner', 'save_run', 'load_run']
+           'MSELossFlat64', 'table_params', 'big_tables', 'tabular_learner', 'combine_scheds', 'save_run', 'load_run']
 
 # %% ../nbs/05_learner.ipynb #a76ad92c
 _fai_contiguous = BaseLoss._contiguous
@@ -202,6 +202,7 @@ def after_fit(self:LRFinder):
         self.learn.model.load_state_dict(self.saved[0]); self.learn.opt.load_state_dict(self.saved[1]); self.saved = None
 
 # %% ../nbs/05_learner.ipynb #c1d2e3f5
+from fastai.callback.core import _inner_loop
 _fai_learner_call,_fai_call_one = Learner.__call__,Learner._call_one
 
 @functools.cache
@@ -212,13 +213,64 @@ def __call__(self:Learner, event_name):
     "fastai's: `event_name`, or each of a list of them"
     for e in ([event_name] if isinstance(event_name, str) else event_name): self._call_one(e)
 
+_CANCELS = (CancelBatchException, CancelBackwardException, CancelEpochException, CancelFitException, CancelStepException,
+            CancelTrainException, CancelValidException)
+
+@functools.cache
+def _plain(cls)->bool: return cls.__call__ is Callback.__call__ and not hasattr(cls, 'training')  # `Callback.__call__` as fastai's
+
+def _by_order(learn)->list:
+    "`learn.cbs` by `order`, sorted again when the callbacks change (their `order`s are read then)"
+    key = tuple(map(id, learn.cbs))
+    if (c := learn.__dict__.get('_cbs_sorted')) is None or c[0] != key:
+        c = learn.__dict__['_cbs_sorted'] = (key, sorted(learn.cbs, key=lambda o: getattr(o, 'order', 0)))
+    return c[1]
+
+def _call_cb(cb, event_name:str, training:bool):
+    "`Callback.__call__` with the learner's `training` read once an event (a callback reads it through `GetAttr`: twice a call)"
+    if cb.run and (event_name not in _inner_loop or (cb.run_train and training) or (cb.run_valid and not training)):
+        try: getcallable(cb, event_name)()
+        except _CANCELS: raise
+        except Exception as e: raise modify_exception(e, f'Exception occured in `{cb.__class__.__name__}` when calling event '
+                                                         f'`{event_name}`:\n\t{e.args[0]}', replace=True)
+    if event_name == 'after_fit': cb.run = True
+
 @patch
 def _call_one(self:Learner, event_name):
     "fastai's, calling each callback (by `order`) only if its class or the instance defines `event_name`"
     if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
-    for cb in sorted(self.cbs, key=lambda o: getattr(o, 'order', 0)):
-        if _handles(type(cb), event_name) or event_name in cb.__dict__: cb(event_name)
-        elif event_name == 'after_fit': cb.run = True
+    training = getattr(self, 'training', True)
+    for cb in _by_order(self):
+        if not (_handles(type(cb), event_name) or event_name in cb.__dict__):
+            if event_name == 'after_fit': cb.run = True
+        elif _plain(type(cb)) and cb.learn is self and 'training' not in cb.__dict__: _call_cb(cb, event_name, training)
+        else: cb(event_name)
+
+# %% ../nbs/05_learner.ipynb #a6d2f0b8
+import fastai.callback.schedule as _schedule
+from fastai.optimizer import _BaseOptimizer
+
+# %% ../nbs/05_learner.ipynb #b7e3a1c9
+_fai_combine_scheds,_fai_set_hyper = _schedule.combine_scheds,_BaseOptimizer.set_hyper
+
+def combine_scheds(pcts, scheds):
+    "fastai's `combine_scheds` on numpy float32 scalars: the same values to the bit, without its five torch ops a call (two a batch)"
+    assert sum(pcts) == 1.
+    p = tensor([0] + L(pcts))
+    assert torch.all(p >= 0)
+    p = [np.float32(v) for v in torch.cumsum(p, 0).tolist()]
+    def _inner(pos):
+        f = np.float32(pos)  # as torch compares and subtracts a Python float with float32 tensors
+        idx = min(max(i for i,v in enumerate(p) if f >= v), len(p) - 2)
+        return scheds[idx](float((f - p[idx])/(p[idx+1] - p[idx])))
+    return _inner
+_schedule.combine_scheds = combine_scheds  # `combined_cos` (`fit_one_cycle`) and `fit_flat_cos` find it there
+
+@patch
+def set_hyper(self:_BaseOptimizer, k, v):
+    "fastai's; a number is set in every group without building an `L` (`ParamScheduler` sets two a batch)"
+    if type(v) in (float, int) and len(self.param_lists) == len(self.hypers): self._set_hyper(k, [v]*len(self.param_lists))
+    else: _fai_set_hyper(self, k, v)
 
 # %% ../nbs/05_learner.ipynb #d31464e2
 @patch

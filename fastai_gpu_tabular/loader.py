@@ -284,6 +284,12 @@ class BatchDataLoader(TfmdDL):
         self.after_iter()
         if self.shuffle: self.epoch += 1
 
+    @property
+    def n_inp(self)->int:
+        "fastai's `TfmdDL.n_inp`, kept: `Learner._split` reads it every batch (a `TabularGPU` has none: its look-up took ~40 us)"
+        if (n := self.__dict__.get('_n_inp_kept')) is None: n = self.__dict__['_n_inp_kept'] = TfmdDL.n_inp.fget(self)
+        return n
+
     def _one_pass(self):
         self._n_inp = 2 + bool(self.dataset.mh_names)
         t = self.tensors()

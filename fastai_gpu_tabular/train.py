@@ -668,5 +668,6 @@ def main(
                     checkpoints=ckpt.n_saves,
                     cuda_graph_replays=graph.replays if graph else None, cuda_graph_capture_s=graph.capture_s if graph else None,
                     cuda_graph_whole_step=(graph.why or True) if graph else None,  # True, or why only the passes were graphed
-                    checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0), tables_by_rank=getattr(shard, 'bounds', None))
+                    checkpoint_bytes=ckpt.bytes + (keep.bytes if keep else 0), tables_by_rank=getattr(shard, 'bounds', None),
+                    gpu_peak_bytes=torch.cuda.max_memory_allocated(device) if device.type == 'cuda' else None)  # torch's, not cuDF's
         return learn

@@ -23,7 +23,9 @@ p.add_argument('--exchange', default=None, help="`SparseEmbedOpt`'s exchange of 
 p.add_argument('--reader', default=None, help="the streaming loader's reader: 'pyarrow' or 'cudf' (fgt-train's where cuDF is)")
 p.add_argument('--decode', default='auto', choices=['auto', 'host', 'path'],
                help="cuDF's source for local part files: 'host' their bytes read by the loader (to the device on a side stream), 'path' cuDF's "
-                    "read of the path, 'auto' the library's rule (None: bytes only on several ranks)")
+                    "read of the path, 'auto' the library's default (`stream.CUDF_FROM_HOST`)")
+p.add_argument('--prefetch', type=int, default=None, help="the streaming loader's windows read ahead (`ParquetDataLoader`'s `prefetch`)")
+p.add_argument('--switch-interval', type=float, default=None, help="`sys.setswitchinterval` (seconds; Python's default 0.005)")
 p.add_argument('--stacks', type=float, default=0, metavar='MS',
                help="with --timeline: every thread's Python stack each MS ms; for the 4 longest gaps after batch 0, what each thread was "
                     "in (`stacks<r>_of<w>.txt`), and the longest pause of the sampler (a thread holding the GIL)")
@@ -157,9 +159,11 @@ if a.exchange:
     import fastai_gpu_tabular.optimizer as O
     default(O.SparseEmbedOpt, 'exchange', a.exchange)
 import fastai_gpu_tabular.stream as S
-S.CUDF_FROM_HOST = dict(auto=None, host=True, path=False)[a.decode]
+if a.decode != 'auto': S.CUDF_FROM_HOST = a.decode == 'host'
 if a.reader:
     default(S.ParquetDataLoader, 'reader', a.reader)
+if a.prefetch: default(S.ParquetDataLoader, 'prefetch', a.prefetch)
+if a.switch_interval: sys.setswitchinterval(a.switch_interval)
 READS = defaultdict(list)  # part of a window's read -> [(thread, host start, host end, bytes)]
 def timed(owner, name, part, nbytes=lambda res: 0):
     "`owner.name` wrapped: each call's host interval (and bytes) under `part` in `READS`"

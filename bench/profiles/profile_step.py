@@ -43,9 +43,12 @@ class Marks(Callback):
         if self.training and self.iter >= self.warm:
             ev = torch.cuda.Event(enable_timing=True); ev.record(); self.marks.append((e, time.perf_counter(), ev))
 for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
+STEPS = []  # the whole step's graphs (`CudaGraph`), kept past the fit (its `after_fit` lets them go)
 def _after_batch(self):
     self._mark('after_batch')
-    if self.iter >= self.warm + self.n: raise CancelFitException()
+    if self.iter >= self.warm + self.n:
+        STEPS.extend(v for v in getattr(getattr(self.learn, 'cuda_graph', None), 'graphs', {}).values() if hasattr(v, 'g'))
+        raise CancelFitException()
 Marks.after_batch = _after_batch
 
 m = Marks(a.steps); learn.fit(1, 1e-2, cbs=m); torch.cuda.synchronize()
@@ -55,6 +58,11 @@ for (e0, t0, g0), (e1, t1, g1) in zip(m.marks, m.marks[1:]):
 steps = n['before_batch -> after_pred']
 print(f'width {a.width}, {a.opt}, bs {a.bs}: {steps} steps; ms a step: host {sum(host.values())/steps:.2f}, gpu {sum(gpu.values())/steps:.2f}')
 for k in host: print(f'  {k:36s} host {host[k]/n[k]:6.2f}  gpu {gpu[k]/n[k]:6.2f}')
+if STEPS:  # the GPU's own time a step: the whole step's graph replayed back to back, no host between (it trains on)
+    e = [torch.cuda.Event(enable_timing=True) for _ in range(2)]; torch.cuda.synchronize(); e[0].record()
+    for _ in range(50): STEPS[0].g.replay()
+    e[1].record(); torch.cuda.synchronize()
+    print(f'whole step graph replayed back to back: {e[0].elapsed_time(e[1])/50:.2f} ms a step (the GPU alone)')
 from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=bool(a.stack), record_shapes=bool(a.stack)) as prof:
     learn.fit(1, 1e-2, cbs=Marks(20, 5))
