@@ -314,9 +314,11 @@ def run_settings(args:dict, dls, to, world:int)->dict:
     vocabularies' sizes by column (in order) and the rows of each split"""
     st = {k: args.get(k) for k in RUN_SETTINGS}
     if Path(str(st['data'])).exists(): st['data'] = str(Path(st['data']).resolve())
-    st.update(processes=world, vocab=[[n, len(c)] for n,c in getattr(to, 'classes', {}).items()],
+    st.update(processes=world, rows_a_step=dls.train.bs*world, vocab=[[n, len(c)] for n,c in getattr(to, 'classes', {}).items()],
               split_rows=[dls.train.n, dls.valid.n])
     return json.loads(json.dumps(st))
+
+_RESHARDS = {'processes', 'bs'}  # may differ on `resume` where `rows_a_step` does not: another process count, the same steps
 
 def resume_settings(out:Path, args:dict)->dict|None:
     """`fgt-train`'s arguments `args` with those left at their defaults set as the run in `out` had them (its run.json), so that
@@ -329,6 +331,7 @@ def resume_settings(out:Path, args:dict)->dict|None:
 
 def _flag(k:str)->str:
     return dict(processes='processes (`--num-processes`, `accelerate launch --num_processes`)', vocab='vocabulary sizes (the data)',
+                rows_a_step='rows a step of all processes (`--bs` times the processes)',
                 split_rows='rows of the training and validation splits (the data)').get(k, f"`--{k.replace('_', '-')}`")
 
 def _vocab_diff(was:list, now:list, most:int=3)->str:
@@ -342,7 +345,9 @@ def check_run(out:Path, st:dict, resume:bool):
     fn = out/'run.json'
     if resume and fn.exists():
         was = read_json(fn, "train again into another `--out` (or `--overwrite`): the settings of the run cannot be checked")
-        if diff := [k for k in st if k in was and was[k] != st[k]]: raise ValueError(
+        diff = [k for k in st if k in was and was[k] != st[k]]
+        if set(diff) <= _RESHARDS and 'rows_a_step' in was: diff = []  # other processes, the same rows a step: `Checkpoint` then
+        if diff: raise ValueError(                                     # refuses a checkpoint of the middle of an epoch
             f"`resume`: the run in {out} was trained with other settings, so it would not go on as the run it resumes: "
             + '; '.join(f"{_flag(k)} " + (_vocab_diff(was[k], st[k]) if k == 'vocab' else f"was {was[k]!r}, now {st[k]!r}") for k in diff)
             + ". Resume with the run's settings (run.json), or start a new run (another `--out`, or `--overwrite`)")

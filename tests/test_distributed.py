@@ -248,13 +248,33 @@ def test_notebook_launcher_on_two_cpu_processes():
     aucs = re.findall(r'rank (\d) of 2: AUC (\d\.\d{4})', r.stdout)  # two processes' lines may interleave on one pipe
     assert sorted(r for r,_ in aucs) == ['0', '1'] and len({a for _,a in aucs}) == 1, r.stdout  # both report the exact, gathered AUC
 
-def test_resuming_on_another_process_count_names_it(tmp_path):
-    "A run of 2 processes, resumed in 1: the batches and steps would differ, so `run.json`'s check refuses it, naming the processes"
+@pytest.mark.parametrize('placement', ['replicated', 'sharded'])
+def test_a_run_resumes_on_another_process_count_from_an_epochs_start(tmp_path, placement):
+    """2 processes at bs 400 stopped in their second epoch, resumed from the first epoch's checkpoint at the same rows a step in 1
+    process at bs 800 (tables replicated) or in 4 at bs 200 (`--shard-tables`): each ends with the weights of a whole run in 1
+    process (n ranks at 1/n of the batch train as 1)"""
+    common = ('--no-bn', '--epochs', 2, '--lr', 1e-2, '--layers', '64,32')  # 9,600 rows: 12 steps an epoch
+    if placement == 'sharded': common += ('--emb-opt', 'rowwise-adagrad', '--emb-rule', 'fixed', '--emb-dim', '8')
+    shard,n = (('--shard-tables',), 4) if placement == 'sharded' else ((), 1)
+    whole = train(tmp_path, 'whole', 1, '--bs', 800, *common)
+    cut = train(tmp_path, 'cut', 2, '--bs', 400, *common, *shard, '--stop-after', 13)
+    st = torch.load(cut/'checkpoint.pth', weights_only=True)
+    assert (st['epoch'], st['batch'], st['world_size']) == (1, 0, 2)
+    train(tmp_path, 'cut', n, '--bs', 800//n, *common, *shard, '--resume')
+    assert_same_weights(whole, cut)
+    assert json.loads((cut/'metrics.json').read_text())['world_size'] == n
+
+def test_resuming_on_another_process_count_names_what_stops_it(tmp_path):
+    """A run of 2 processes resumed in 1: at other rows a step `run.json`'s check refuses it, naming them; from the middle of an
+    epoch (each rank held its share of the epoch's rows) the checkpoint refuses it, naming the batch and the processes"""
     from fastai_gpu_tabular.train import main
-    common = ('--bs', 400, '--epochs', 2, '--layers', '64,32')
+    common = ('--bs', 400, '--epochs', 2, '--layers', '64,32', '--checkpoint-every', 5)
     cut = train(tmp_path, 'cut', 2, *common, '--stop-after', 17)
-    with pytest.raises(ValueError, match=r'processes \(`--num-processes`, `accelerate launch --num_processes`\) was 2, now 1'):
-        main(data='synth', rows=12_000, deterministic=True, out=str(cut), bs=400, epochs=2, layers='64,32', cpu=True, resume=True)
+    kw = dict(data='synth', rows=12_000, deterministic=True, out=str(cut), epochs=2, layers='64,32', cpu=True, resume=True,
+              checkpoint_every=5)
+    with pytest.raises(ValueError, match=r'rows a step of all processes \(`--bs` times the processes\) was 800, now 400'):
+        main(bs=400, **kw)
+    with pytest.raises(ValueError, match=r'saved at batch 5 of epoch 1 by 2 processes.*resumes there on 2 only'): main(bs=800, **kw)
 
 def check_plain(out, gpu=False):
     """dist_plain_worker.py's ranks: trained without DDP (CUDA graphs replayed on GPUs), the same parameters and BatchNorm buffers on
