@@ -1,0 +1,36 @@
+"""The processed format's bytes a row under other parquet codecs and encodings (issue 84: a folder half the bytes): one part
+file of a processed folder written again by pyarrow each way, its column chunks' bytes summed by kind (codes, continuous).
+The bytes only: a codec's decode speed on the GPU is cuDF's, measured on a device.
+
+    python bench/profiles/encodings.py --data <processed folder> --name encodings_criteo_10m"""
+import argparse, collections, glob, os, sys, tempfile
+from pathlib import Path
+import pyarrow as pa, pyarrow.parquet as pq
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument('--data', required=True)
+p.add_argument('--name', default=None, help="write the rows to bench/results/NAME.json")
+a = p.parse_args()
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from common import report
+
+f = sorted(glob.glob(f'{a.data}/train/*.parquet'))[0]
+t = pq.read_table(f)
+floats = [c for c in t.column_names if pa.types.is_floating(t.schema.field(c).type)]
+rg = pq.ParquetFile(f).metadata.row_group(0).num_rows
+WAYS = {'snappy, dictionary (the format)': dict(compression='snappy'), 'zstd 1, dictionary': dict(compression='zstd', compression_level=1),
+        'zstd 3, dictionary': dict(compression='zstd', compression_level=3), 'lz4, dictionary': dict(compression='lz4'),
+        'zstd 1, no dictionary': dict(compression='zstd', compression_level=1, use_dictionary=False),
+        'zstd 1, floats BYTE_STREAM_SPLIT': dict(compression='zstd', compression_level=1, use_dictionary=[c for c in t.column_names if c not in floats],
+                                                 column_encoding={c: 'BYTE_STREAM_SPLIT' for c in floats})}
+rows = []
+with tempfile.TemporaryDirectory() as d:
+    for way, kw in WAYS.items():
+        fn = f'{d}/x.parquet'; pq.write_table(t, fn, row_group_size=rg, **kw)
+        md, per = pq.ParquetFile(fn).metadata, collections.Counter()
+        for g in range(md.num_row_groups):
+            for k in range(md.row_group(g).num_columns): c = md.row_group(g).column(k); per[c.path_in_schema] += c.total_compressed_size
+        kind = lambda c: 'conts' if c in floats else 'codes'
+        rows.append(dict(way=way, bytes_a_row=round(os.path.getsize(fn)/t.num_rows, 2),
+                         **{k: round(sum(v for c, v in per.items() if kind(c) == k)/t.num_rows, 2) for k in ('codes', 'conts')}))
+        print(rows[-1], flush=True)
+if a.name: report(a.name, rows, ['way', 'bytes_a_row', 'codes', 'conts'], dict(bench='encodings', data=a.data, file=f, rows=t.num_rows))
