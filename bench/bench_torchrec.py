@@ -33,9 +33,9 @@ def worker(a, m):
     sizes,bound = [len(e.weight) for e in learn.model.embeds],0.01*3**0.5  # fastai's tables: trunc_normal(std 0.01); uniform of that std
     del learn  # its tables
     if device.type == 'cuda': torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(device)
-    class Net(nn.Module):
+    class Net(nn.Module):  # the tables' block (`emb` of the tables and the codes), then `fgt-train`'s MLP
         def __init__(self, tables): super().__init__(); self.tables,self.bn_cont,self.layers = tables,bn_cont,layers
-        def forward(self, emb, x_cont): return self.layers(torch.cat([emb(self.tables), self.bn_cont(x_cont)], 1))
+        def forward(self, x_cat, x_cont): return self.layers(torch.cat([emb(self.tables, x_cat), self.bn_cont(x_cont)], 1))
     n = len(names)
     if a.impl == 'torchrec':
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
@@ -94,7 +94,7 @@ def worker(a, m):
             for g in fused.param_groups: g['lr'] = sched_lr(pos)
             fused.step()  # the tables' learning rate for this backward
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                out = model(lambda tables: emb(tables, xc), xn)
+                out = model(xc, xn)
             loss = loss_func(out.float(), y.view(-1))
             loss.backward(); opt.step(); opt.zero_grad()
             step += 1; batches += 1
@@ -102,7 +102,7 @@ def worker(a, m):
         seconds += time.perf_counter() - t
     model.eval(); preds,targs = [],[]
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        for xc,xn,y in dls.valid: preds.append(model(lambda tables: emb(tables, xc), xn).float().softmax(1)[:, 1]); targs.append(y.view(-1))
+        for xc,xn,y in dls.valid: preds.append(model(xc, xn).float().softmax(1)[:, 1]); targs.append(y.view(-1))
     auc = float(roc_auc(torch.cat(preds), torch.cat(targs)))
     peak = torch.cuda.max_memory_allocated(device) if device.type == 'cuda' else None
     return dict(train_rows_s=batches*m['bs']/seconds, auc=auc, phases=dict(setup=setup_s, train=seconds), gpu_peak_bytes=peak,

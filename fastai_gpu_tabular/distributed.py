@@ -351,7 +351,7 @@ class Checkpoint(Callback):
             f"{self.resume}: saved at batch {st['batch']} of epoch {st['epoch']} by {counted(was[1], 'process', 'processes')}, each of "
             f"which had its share of the epoch's rows: it resumes there on {was[1]} only (from an epoch's start, the checkpoint of "
             f"each epoch's end, on any number at the same rows a step)")
-        if was[0] is not None and was != now and was[0]*was[1] != now[0]*now[1]:
+        if was[0] is not None and was[0]*was[1] != now[0]*now[1]:
             warn(f"resuming a run at bs={was[0]} on {counted(was[1], 'process', 'processes')} with bs={now[0]} on {now[1]}: the batches "
                  "and the steps differ from the interrupted run, so it will not end where the whole run would")
         self.pos,self.skipper = st,SkipToEpoch(st['epoch'])  # fastai's `fit(start_epoch=...)` skips epochs this way
