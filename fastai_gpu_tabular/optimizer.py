@@ -16,9 +16,9 @@ from .comm import distributed, gather_rows, all_gather_cat, rank_world
 from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values', 'counted', 'device_values', 'ForeachLamb',
-           'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows', 'rowwise_adagrad_rows',
-           'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'CARRY_CHUNKS', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values', 'counted', 'device_values',
+           'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
+           'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -350,27 +350,38 @@ if triton is not None:
             tl.store(pt + (2*j + 1)*d + c[None, :] + 0*k[:, None], acc, mask=(last & (ends == 0))[:, None] & cm)
 
     @triton.jit
-    def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr):
-        "Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums, in order"
+    def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr, P:tl.constexpr):
+        """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums, in order; `P`
+        chunks a program, tested at once (a program a chunk was ~40,000 programs of a few loads: 0.36 ms of a 2.5 ms step)"""
         m = META + tl.program_id(1)*6
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         g_,pt = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
-        j = tl.program_id(0).to(tl.int64)
-        if j*C >= n: return
-        pe = tl.minimum(j*C + C, n) - 1  # the chunk's last place
-        s = tl.load(SEG + e0 + pe)
-        go = (tl.load(SEG + e0 + pe + 1, mask=pe + 1 < n, other=-1) == s)  # the row goes on in the next chunk
-        go = go & ((tl.load(SEG + e0 + j*C) != s) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s))  # and began here
-        if go:
+        js = tl.program_id(0).to(tl.int64)*P + tl.arange(0, P)
+        jm = js*C < n
+        pe = tl.minimum(js*C + C, n) - 1  # each chunk's last place
+        s = tl.load(SEG + e0 + pe, mask=jm, other=-1)
+        go = jm & (tl.load(SEG + e0 + pe + 1, mask=jm & (pe + 1 < n), other=-2) == s)  # the row goes on in the next chunk
+        go = go & ((tl.load(SEG + e0 + js*C, mask=jm, other=-2) != s) | (tl.load(SEG + e0 + js*C - 1, mask=jm & (js > 0), other=-1) != s))
+        if tl.sum(go.to(tl.int32), 0) > 0:  # and began here: rare, so each such chunk is found again on its own
             c = tl.arange(0, BD)
-            acc = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.)
-            q = j + 1
-            while go:
-                acc += tl.load(pt + 2*q*d + c, mask=c < d, other=0.)
-                pq = q*C + C - 1
-                go = (pq + 1 < n) & (tl.load(SEG + e0 + pq + 1, mask=pq + 1 < n, other=-1) == s)
-                q += 1
-            tl.store(g_ + (s - tl.load(SEG + e0))*d + c, acc, mask=c < d)
+            for t in range(P):
+                j = tl.program_id(0).to(tl.int64)*P + t
+                if j*C < n:
+                    pe1 = tl.minimum(j*C + C, n) - 1
+                    s1 = tl.load(SEG + e0 + pe1)
+                    g1 = (tl.load(SEG + e0 + pe1 + 1, mask=pe1 + 1 < n, other=-1) == s1)
+                    g1 = g1 & ((tl.load(SEG + e0 + j*C) != s1) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s1))
+                    if g1:
+                        acc = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.)
+                        q = j + 1
+                        while g1:
+                            acc += tl.load(pt + 2*q*d + c, mask=c < d, other=0.)
+                            pq = q*C + C - 1
+                            g1 = (pq + 1 < n) & (tl.load(SEG + e0 + pq + 1, mask=pq + 1 < n, other=-1) == s1)
+                            q += 1
+                        tl.store(g_ + (s1 - tl.load(SEG + e0))*d + c, acc, mask=c < d)
+
+CARRY_CHUNKS = 32  # chunks of lookups `_carry_kernel` tests a program
 
 def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     """Each width's gradients `vals` summed by touched row, from the lookups of every width sorted once (`seg`: each sorted
@@ -384,7 +395,7 @@ def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
                  torch.int64, seg.device)
     grid = (max(nc), len(vals))
     _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))))
-    _carry_kernel[grid](seg, meta, C=C, BD=triton.next_power_of_2(max(ds)))
+    _carry_kernel[(-(-max(nc)//CARRY_CHUNKS), len(vals))](seg, meta, C=C, BD=triton.next_power_of_2(max(ds)), P=CARRY_CHUNKS)
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 
 def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:

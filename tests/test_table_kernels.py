@@ -76,14 +76,16 @@ from fastai_gpu_tabular.optimizer import _sums_fused, _sums_torch
 torch.manual_seed(0)
 # three widths' lookups in one id space, sorted once: a hot row of 300 lookups spans five chunks of 64, rows begin and end
 # on chunk edges, a width of 70 columns takes two column tiles, a width of one lookup
+# and a fourth of 47 chunks whose hot row spans chunks 31-37 (`_carry_kernel` tests 32 chunks a program)
 ids = [torch.cat([torch.zeros(300, dtype=torch.long), torch.randint(1, 40, (157,))]), 1000 + torch.randint(0, 5, (130,)),
-       torch.tensor([5000])]
+       torch.tensor([5000]),
+       torch.cat([8000 + torch.randint(0, 100, (1990,)), torch.full((400,), 8100), 8101 + torch.randint(0, 99, (610,))])]
 ids[1][:64] = 1000  # a row that fills the first chunk exactly
-vals = [torch.randn(len(i), d) for i, d in zip(ids, (3, 70, 2))]
+vals = [torch.randn(len(i), d) for i, d in zip(ids, (3, 70, 2, 5))]
 srt, perm = torch.sort(torch.cat(ids).int())
 seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
-e = [0, 457, 587, 588]
-most = [40, 5, 1]  # the ids each width can hold
+e = [0, 457, 587, 588, 3588]
+most = [40, 5, 1, 200]  # the ids each width can hold
 a, b = _sums_fused(seg, perm, e, vals, most), _sums_torch(seg, perm, e, vals, most)
 for x, y, i in zip(a, b, ids):
     n = len(torch.unique(i))
