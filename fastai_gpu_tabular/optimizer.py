@@ -16,8 +16,8 @@ from .comm import distributed, gather_rows, all_gather_cat, rank_world
 from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'CARRY_CHUNKS', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values', 'counted', 'device_values',
-           'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
+__all__ = ['SPARSE_RULES', 'SUMS_CHUNK', 'CARRY_CHUNKS', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values', 'counted',
+           'device_values', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad', 'adagrad_rows',
            'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
@@ -314,15 +314,25 @@ SPARSE_RULES = {'adagrad': (adagrad_rows, {'sum': ()}), 'rowwise-adagrad': (roww
 # %% ../nbs/06_optimizer.ipynb #c7d2a9b4
 if triton is not None:
     @triton.jit
-    def _seg_add(a, fa, b, fb):
-        "A segmented sum's step: `b` starts a row (`fb`) or adds to the row before"
-        return tl.where(fb != 0, b, a + b),fa | fb
+    def _bf16_pieces(v):
+        "float32 `v` as three bfloat16 tensors whose sum is `v` exactly (8 bits of its 24 each): tensor cores add them as float32"
+        hi = v.to(tl.bfloat16)
+        r = v - hi.to(tl.float32)
+        mid = r.to(tl.bfloat16)
+        return hi,mid,(r - mid.to(tl.float32)).to(tl.bfloat16)
 
     @triton.jit
-    def _sums_kernel(PERM, SEG, META, C:tl.constexpr, CB:tl.constexpr):
+    def _dot(a, b, acc, F32:tl.constexpr):
+        "`acc + a @ b` in float32 (`F32`: products of float32 inputs, for Triton's interpreter, whose bfloat16 product is wrong)"
+        if F32: return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision='ieee')
+        return tl.dot(a, b, acc)
+
+    @triton.jit
+    def _sums_kernel(PERM, SEG, META, C:tl.constexpr, CB:tl.constexpr, F32:tl.constexpr):
         """`C` sorted lookups of one width (program axis 1: its first sorted place, lookups, width, gradients, sums and partial
         sums in `META`) summed by touched row (`SEG`): a row whose lookups all fall in the chunk is written out; the chunk's
-        first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots"""
+        first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots. The sums are a
+        product on the tensor cores: (lookups x lookups: same row) @ (lookups x columns), the gradients in three bfloat16 pieces"""
         m = META + tl.program_id(1)*6
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         v_,g_ = tl.load(m + 3).to(tl.pointer_type(tl.float32)),tl.load(m + 4).to(tl.pointer_type(tl.float32))
@@ -339,12 +349,13 @@ if triton is not None:
         first = ((tl.cumsum((new & (k > 0)).to(tl.int32), 0) == 0) & (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) == \
                  tl.load(SEG + e0 + j*C))) != 0  # the chunk's first row, begun in the chunk before (`!= 0`: the interpreter's bool)
         r0,src = tl.load(SEG + e0),tl.load(PERM + e0 + i, mask=im, other=e0) - e0
-        f = (new | (k == 0)).to(tl.int32)
+        same = tl.where((s[:, None] == s[None, :]) & im[None, :], 1., 0.).to(tl.bfloat16)  # 0 or 1: exact in bfloat16
         for c0 in range(0, d, CB):
             c = c0 + tl.arange(0, CB)
             cm = (c < d)[None, :]
-            v = tl.load(v_ + src[:, None]*d + c[None, :], mask=im[:, None] & cm, other=0.)
-            acc,_ = tl.associative_scan((v, f[:, None] + tl.zeros([C, CB], tl.int32)), 0, _seg_add)
+            hi,mid,lo = _bf16_pieces(tl.load(v_ + src[:, None]*d + c[None, :], mask=im[:, None] & cm, other=0.))
+            acc = _dot(same, lo, _dot(same, mid, _dot(same, hi, tl.zeros([C, CB], tl.float32), F32), F32), F32)  # each place:
+            # its row's sum in the chunk
             tl.store(g_ + (s - r0)[:, None]*d + c[None, :], acc, mask=(ends & (first == 0))[:, None] & cm)
             tl.store(pt + 2*j*d + c[None, :] + 0*k[:, None], acc, mask=(last & first)[:, None] & cm)
             tl.store(pt + (2*j + 1)*d + c[None, :] + 0*k[:, None], acc, mask=(last & (ends == 0))[:, None] & cm)
@@ -381,20 +392,21 @@ if triton is not None:
                             q += 1
                         tl.store(g_ + (s1 - tl.load(SEG + e0))*d + c, acc, mask=c < d)
 
-CARRY_CHUNKS = 32  # chunks of lookups `_carry_kernel` tests a program
+SUMS_CHUNK,CARRY_CHUNKS = 64,32  # lookups a program of `_sums_kernel`; its chunks a program of `_carry_kernel`
 
 def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     """Each width's gradients `vals` summed by touched row, from the lookups of every width sorted once (`seg`: each sorted
     lookup's row, `perm`: its place; width `k`'s at `e[k]:e[k+1]`), in two Triton kernels for all widths: no second sort, no
     host sync, no atomics (the same sums every run). Width `k`'s sums: `most[k]` rows, its first rows touched the ones written"""
-    C,ds = 64,[v.shape[1] for v in vals]
+    C,ds = SUMS_CHUNK,[v.shape[1] for v in vals]
     nc = [-(-len(v)//C) for v in vals]
     gs = torch.empty(sum(m*d for m,d in zip(most, ds)), device=seg.device).split([m*d for m,d in zip(most, ds)])
     pt = torch.empty(sum(2*c*d for c,d in zip(nc, ds)), device=seg.device).split([2*c*d for c,d in zip(nc, ds)])
     meta = _sent([x for k,v in enumerate(vals) for x in (e[k], len(v), ds[k], v.data_ptr(), gs[k].data_ptr(), pt[k].data_ptr())],
                  torch.int64, seg.device)
     grid = (max(nc), len(vals))
-    _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))))
+    _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, max(16, triton.next_power_of_2(max(ds)))),  # a product's side: 16 at least
+                       F32=os.environ.get('TRITON_INTERPRET') == '1')
     _carry_kernel[(-(-max(nc)//CARRY_CHUNKS), len(vals))](seg, meta, C=C, BD=triton.next_power_of_2(max(ds)), P=CARRY_CHUNKS)
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 
