@@ -314,25 +314,15 @@ SPARSE_RULES = {'adagrad': (adagrad_rows, {'sum': ()}), 'rowwise-adagrad': (roww
 # %% ../nbs/06_optimizer.ipynb #c7d2a9b4
 if triton is not None:
     @triton.jit
-    def _bf16_pieces(v):
-        "float32 `v` as three bfloat16 tensors whose sum is `v` exactly (8 bits of its 24 each): tensor cores add them as float32"
-        hi = v.to(tl.bfloat16)
-        r = v - hi.to(tl.float32)
-        mid = r.to(tl.bfloat16)
-        return hi,mid,(r - mid.to(tl.float32)).to(tl.bfloat16)
+    def _seg_add(a, fa, b, fb):
+        "A segmented sum's step: `b` starts a row (`fb`) or adds to the row before"
+        return tl.where(fb != 0, b, a + b),fa | fb
 
     @triton.jit
-    def _dot(a, b, acc, F32:tl.constexpr):
-        "`acc + a @ b` in float32 (`F32`: products of float32 inputs, for Triton's interpreter, whose bfloat16 product is wrong)"
-        if F32: return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision='ieee')
-        return tl.dot(a, b, acc)
-
-    @triton.jit
-    def _sums_kernel(PERM, SEG, META, C:tl.constexpr, CB:tl.constexpr, F32:tl.constexpr):
+    def _sums_kernel(PERM, SEG, META, C:tl.constexpr, CB:tl.constexpr):
         """`C` sorted lookups of one width (program axis 1: its first sorted place, lookups, width, gradients, sums and partial
         sums in `META`) summed by touched row (`SEG`): a row whose lookups all fall in the chunk is written out; the chunk's
-        first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots. The sums are a
-        product on the tensor cores: (lookups x lookups: same row) @ (lookups x columns), the gradients in three bfloat16 pieces"""
+        first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots"""
         m = META + tl.program_id(1)*6
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         v_,g_ = tl.load(m + 3).to(tl.pointer_type(tl.float32)),tl.load(m + 4).to(tl.pointer_type(tl.float32))
@@ -349,21 +339,20 @@ if triton is not None:
         first = ((tl.cumsum((new & (k > 0)).to(tl.int32), 0) == 0) & (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) == \
                  tl.load(SEG + e0 + j*C))) != 0  # the chunk's first row, begun in the chunk before (`!= 0`: the interpreter's bool)
         r0,src = tl.load(SEG + e0),tl.load(PERM + e0 + i, mask=im, other=e0) - e0
-        same = tl.where((s[:, None] == s[None, :]) & im[None, :], 1., 0.).to(tl.bfloat16)  # 0 or 1: exact in bfloat16
+        f = (new | (k == 0)).to(tl.int32)
         for c0 in range(0, d, CB):
             c = c0 + tl.arange(0, CB)
             cm = (c < d)[None, :]
-            hi,mid,lo = _bf16_pieces(tl.load(v_ + src[:, None]*d + c[None, :], mask=im[:, None] & cm, other=0.))
-            acc = _dot(same, lo, _dot(same, mid, _dot(same, hi, tl.zeros([C, CB], tl.float32), F32), F32), F32)  # each place:
-            # its row's sum in the chunk
+            v = tl.load(v_ + src[:, None]*d + c[None, :], mask=im[:, None] & cm, other=0.)
+            acc,_ = tl.associative_scan((v, f[:, None] + tl.zeros([C, CB], tl.int32)), 0, _seg_add)
             tl.store(g_ + (s - r0)[:, None]*d + c[None, :], acc, mask=(ends & (first == 0))[:, None] & cm)
             tl.store(pt + 2*j*d + c[None, :] + 0*k[:, None], acc, mask=(last & first)[:, None] & cm)
             tl.store(pt + (2*j + 1)*d + c[None, :] + 0*k[:, None], acc, mask=(last & (ends == 0))[:, None] & cm)
 
     @triton.jit
     def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr, P:tl.constexpr):
-        """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums, in order; `P`
-        chunks a program, tested at once (a program a chunk was ~40,000 programs of a few loads: 0.36 ms of a 2.5 ms step)"""
+        """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums, `P` at a time
+        (a hot row's chunks one by one were a chain of ~200 loads: 0.36 ms of a 2.5 ms step); `P` chunks a program, tested at once"""
         m = META + tl.program_id(1)*6
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         g_,pt = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
@@ -374,7 +363,7 @@ if triton is not None:
         go = jm & (tl.load(SEG + e0 + pe + 1, mask=jm & (pe + 1 < n), other=-2) == s)  # the row goes on in the next chunk
         go = go & ((tl.load(SEG + e0 + js*C, mask=jm, other=-2) != s) | (tl.load(SEG + e0 + js*C - 1, mask=jm & (js > 0), other=-1) != s))
         if tl.sum(go.to(tl.int32), 0) > 0:  # and began here: rare, so each such chunk is found again on its own
-            c = tl.arange(0, BD)
+            c,p = tl.arange(0, BD),tl.arange(0, P)
             for t in range(P):
                 j = tl.program_id(0).to(tl.int64)*P + t
                 if j*C < n:
@@ -383,13 +372,12 @@ if triton is not None:
                     g1 = (tl.load(SEG + e0 + pe1 + 1, mask=pe1 + 1 < n, other=-1) == s1)
                     g1 = g1 & ((tl.load(SEG + e0 + j*C) != s1) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s1))
                     if g1:
-                        acc = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.)
-                        q = j + 1
-                        while g1:
-                            acc += tl.load(pt + 2*q*d + c, mask=c < d, other=0.)
-                            pq = q*C + C - 1
-                            g1 = (pq + 1 < n) & (tl.load(SEG + e0 + pq + 1, mask=pq + 1 < n, other=-1) == s1)
-                            q += 1
+                        acc,q = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.),j + 1
+                        while g1:  # the next `P` chunks: those that begin in the row (a chunk's first slot holds its part)
+                            qs = q + p
+                            qm = (qs*C < n) & (tl.load(SEG + e0 + qs*C, mask=qs*C < n, other=-1) == s1)
+                            acc += tl.sum(tl.load(pt + 2*qs[:, None]*d + c[None, :], mask=qm[:, None] & (c < d)[None, :], other=0.), 0)
+                            g1,q = tl.sum(qm.to(tl.int32), 0) == P,q + P
                         tl.store(g_ + (s1 - tl.load(SEG + e0))*d + c, acc, mask=c < d)
 
 SUMS_CHUNK,CARRY_CHUNKS = 64,32  # lookups a program of `_sums_kernel`; its chunks a program of `_carry_kernel`
@@ -405,8 +393,7 @@ def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     meta = _sent([x for k,v in enumerate(vals) for x in (e[k], len(v), ds[k], v.data_ptr(), gs[k].data_ptr(), pt[k].data_ptr())],
                  torch.int64, seg.device)
     grid = (max(nc), len(vals))
-    _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, max(16, triton.next_power_of_2(max(ds)))),  # a product's side: 16 at least
-                       F32=os.environ.get('TRITON_INTERPRET') == '1')
+    _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))))
     _carry_kernel[(-(-max(nc)//CARRY_CHUNKS), len(vals))](seg, meta, C=C, BD=triton.next_power_of_2(max(ds)), P=CARRY_CHUNKS)
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 

@@ -72,6 +72,7 @@ def test_every_widths_step_in_one_kernel_equals_the_rules_torch_ops_in_interpret
 
 SUMS = r"""
 import torch
+import fastai_gpu_tabular.optimizer as O
 from fastai_gpu_tabular.optimizer import _sums_fused, _sums_torch
 torch.manual_seed(0)
 # three widths' lookups in one id space, sorted once: a hot row of 300 lookups spans five chunks of 64, rows begin and end
@@ -86,11 +87,12 @@ srt, perm = torch.sort(torch.cat(ids).int())
 seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
 e = [0, 457, 587, 588, 3588]
 most = [40, 5, 1, 200]  # the ids each width can hold
-a, b = _sums_fused(seg, perm, e, vals, most), _sums_torch(seg, perm, e, vals, most)
-for x, y, i in zip(a, b, ids):
-    n = len(torch.unique(i))
-    torch.testing.assert_close(x[:n], y[:n], rtol=1e-5, atol=1e-5)
-    assert x.shape == y.shape
+b = _sums_torch(seg, perm, e, vals, most)
+for O.CARRY_CHUNKS in (32, 2):  # 2: a hot row's chunks added over several blocks of chunks
+    for x, y, i in zip(_sums_fused(seg, perm, e, vals, most), b, ids):
+        n = len(torch.unique(i))
+        torch.testing.assert_close(x[:n], y[:n], rtol=1e-5, atol=1e-5)
+        assert x.shape == y.shape
 print('ok')
 """
 
