@@ -11,7 +11,8 @@ from fastai.tabular.all import *
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'SigmoidRanges', 'per_target_range', 'FastBatchNorm1d', 'PaddedLinear', 'block_width',
            'embed_block', 'storage_view', 'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds',
-           'sharded_block', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights', 'load_weights']
+           'sharded_block', 'relu_bn_fusable', 'mlp', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights',
+           'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -319,6 +320,111 @@ def sharded_block(idx:Tensor, # (bs, n) this rank's codes, column `i` indexing `
     if pad := block_width(tables, dense, width) - sum(t.shape[1] for t in x): x.append(e.new_zeros(bs, pad))
     return torch.cat(x, 1)
 
+# %% ../nbs/04b_model.ipynb #65b43e44
+if triton is not None:
+    @triton.jit
+    def _relu_bn_sums_kernel(X, DY, A, PART, N, C, RPP, RB:tl.constexpr, BC:tl.constexpr):
+        """Per channel over rows [r·RPP, (r+1)·RPP) (program axis 1): the sums of relu(x) - `A` and of their squares (`DY` None), or of
+        dy and dy·(relu(x) - `A`), in float32, into `PART`'s row r and row R + r (R: the programs on axis 1)"""
+        r,c = tl.program_id(1),tl.program_id(0)*BC + tl.arange(0, BC)
+        cm = c < C
+        a = tl.load(A + c, mask=cm, other=0.)
+        s1,s2 = tl.zeros([BC], tl.float32),tl.zeros([BC], tl.float32)
+        for i in range(r*RPP, tl.minimum(r*RPP + RPP, N), RB):
+            rows = i + tl.arange(0, RB)
+            m = (rows < tl.minimum(r*RPP + RPP, N))[:, None] & cm[None, :]
+            o = rows.to(tl.int64)[:, None]*C + c[None, :]
+            x = tl.where(m, tl.maximum(tl.load(X + o, mask=m, other=0.).to(tl.float32), 0.) - a[None, :], 0.)
+            if DY is None: s1,s2 = s1 + tl.sum(x, 0),s2 + tl.sum(x*x, 0)
+            else:
+                dy = tl.load(DY + o, mask=m, other=0.).to(tl.float32)
+                s1,s2 = s1 + tl.sum(dy, 0),s2 + tl.sum(dy*x, 0)
+        tl.store(PART + r*C + c, s1, mask=cm)
+        tl.store(PART + (tl.num_programs(1) + r)*C + c, s2, mask=cm)
+
+    @triton.jit
+    def _relu_bn_apply_kernel(X, DY, OUT, K1, K2, K0, N, C, RB:tl.constexpr, BC:tl.constexpr):
+        """relu(x)·`K1` + `K0` (`DY` None: the normalised output), or (x > 0)·(dy·`K1` + relu(x)·`K2` + `K0`) (its input's gradient),
+        written in `OUT`'s dtype"""
+        rows,c = tl.program_id(0).to(tl.int64)*RB + tl.arange(0, RB),tl.program_id(1)*BC + tl.arange(0, BC)
+        cm = c < C
+        m = (rows < N)[:, None] & cm[None, :]
+        o = rows[:, None]*C + c[None, :]
+        x = tl.load(X + o, mask=m, other=0.).to(tl.float32)
+        k1,k0 = tl.load(K1 + c, mask=cm, other=0.)[None, :],tl.load(K0 + c, mask=cm, other=0.)[None, :]
+        if DY is None: y = tl.maximum(x, 0.)*k1 + k0
+        else:
+            k2 = tl.load(K2 + c, mask=cm, other=0.)[None, :]
+            y = tl.where(x > 0, tl.load(DY + o, mask=m, other=0.).to(tl.float32)*k1 + x*k2 + k0, 0.)
+        tl.store(OUT + o, y.to(OUT.dtype.element_ty), mask=m)
+
+def _relu_bn_pass(x:Tensor, dy:Tensor|None, a:Tensor)->tuple:
+    "`_relu_bn_sums_kernel`'s two sums a channel over all the rows (partial sums of row ranges, added in order: the same every run)"
+    (n,c),bc = x.shape,min(128, triton.next_power_of_2(x.shape[1]))
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    r = max(1, min(256, n//256, 8*sms//-(-c//bc)))  # row ranges: ~8 programs an SM
+    part = x.new_empty(2, r, c, dtype=torch.float32)
+    _relu_bn_sums_kernel[(-(-c//bc), r)](x, dy, a, part, n, c, -(-n//r), RB=32, BC=bc)
+    return part.sum(1).unbind(0)
+
+def _relu_bn_apply(x:Tensor, dy:Tensor|None, k1:Tensor, k2:Tensor|None, k0:Tensor)->Tensor:
+    "`_relu_bn_apply_kernel` over `x`: a tensor like it"
+    out = torch.empty_like(x)
+    bc = min(128, triton.next_power_of_2(x.shape[1]))
+    _relu_bn_apply_kernel[(-(-len(x)//32), -(-x.shape[1]//bc))](x, dy, out, k1, k2, k0, len(x), x.shape[1], RB=32, BC=bc)
+    return out
+
+class _ReluBatchNorm(torch.autograd.Function):
+    "`bn(relu(x))` in training: two passes over `x` forward, two backward, in Triton; the running statistics updated as torch does"
+    @staticmethod
+    def forward(ctx, x, weight, bias, bn):
+        n = len(x)
+        shift = x[0].float().clamp_min(0)  # a value of each channel: sums about it lose no digits where the mean is far from 0
+        s1,s2 = _relu_bn_pass(x, None, shift)
+        mean_s = s1/n
+        var = (s2/n - mean_s*mean_s).clamp_min_(0)
+        mean,rstd = shift + mean_s,torch.rsqrt(var + bn.eps)
+        with torch.no_grad():
+            bn.running_mean.lerp_(mean, bn.momentum); bn.running_var.lerp_(var*(n/(n-1)), bn.momentum); bn.num_batches_tracked.add_(1)
+        k1 = rstd*weight.float()
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return _relu_bn_apply(x, None, k1, None, bias.float() - mean*k1)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x,weight,mean,rstd = ctx.saved_tensors
+        n = len(x)
+        dy = dy.contiguous()
+        sdy,sdyx = _relu_bn_pass(x, dy, mean)
+        k1 = rstd*weight.float()
+        k2 = -k1*rstd*rstd*sdyx/n
+        dx = _relu_bn_apply(x, dy, k1, k2, -k1*sdy/n - k2*mean)
+        return dx,(sdyx*rstd).to(weight.dtype),sdy.to(weight.dtype),None
+
+def _hooked(*ms)->bool:
+    "Whether a forward hook (of one of `ms`, or global) would see the modules' calls"
+    from torch.nn.modules import module as M
+    return bool(M._global_forward_hooks or M._global_forward_pre_hooks) or any(m._forward_hooks or m._forward_pre_hooks for m in ms)
+
+def relu_bn_fusable(blk:nn.Module, x:Tensor)->bool:
+    """Whether `blk` is fastai's `LinBnDrop` (`lin_first`) of a `Linear`, `ReLU` and a training `BatchNorm1d` (then dropout, or
+    nothing) on a GPU, with no forward hooks: `mlp` then runs its ReLU and BatchNorm as one `_ReluBatchNorm`"""
+    if not (triton is not None and x.is_cuda and x.dim() == 2 and len(x) > 1 and isinstance(blk, LinBnDrop) and len(blk) >= 3): return False
+    lin,act,bn = blk[:3]
+    return (isinstance(lin, nn.Linear) and type(act) is nn.ReLU and isinstance(bn, nn.BatchNorm1d) and bn.training and bn.affine
+            and bn.track_running_stats and bn.momentum is not None and not _hooked(blk, *blk))
+
+def mlp(layers:nn.Sequential, x:Tensor)->Tensor:
+    """`layers(x)`, where each `relu_bn_fusable` block runs as its `Linear`, one `_ReluBatchNorm` (two passes over the activations
+    forward and two backward, against cuDNN's four and the ReLU's two) and its dropout"""
+    if _hooked(layers): return layers(x)
+    for blk in layers:
+        if relu_bn_fusable(blk, x):
+            x = _ReluBatchNorm.apply(blk[0](x).contiguous(), blk[2].weight, blk[2].bias, blk[2])
+            for m in blk[3:]: x = m(x)
+        else: x = blk(x)
+    return x
+
 # %% ../nbs/04b_model.ipynb #09c94e2e
 class FastTabularModel(TabularModelMH):
     "`TabularModelMH` (fastai's `TabularModel`) with a fast narrow BatchNorm, aligned input width and no concatenation"
@@ -347,7 +453,7 @@ class FastTabularModel(TabularModelMH):
         else: x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
-        return self.layers(x)
+        return mlp(self.layers, x)
 
     def _plan(self, tables, device):
         "`table_plan`, kept while the tables stay where they are (`Module.to` moves them, and `_apply` forgets it)"

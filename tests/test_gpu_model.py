@@ -1,7 +1,7 @@
 """GPU suite for FastTabularModel (`pytest -m gpu`): equal to fastai's TabularModel on CUDA (outputs, gradients, running
 statistics; fp32 and under bf16 autocast), the same AUC after training, and a training loop without host syncs with
 multi-hot columns in the padded layout."""
-import pytest, torch
+import copy, pytest, torch
 from fastai.tabular.all import CategoryBlock, RocAucBinary, TabularModel, set_seed
 from fastai_gpu_tabular.procs import Categorify, FillMissing, Normalize
 from fastai_gpu_tabular.tabular import TabularGPU
@@ -53,6 +53,27 @@ def test_equals_fastai_model_bf16_autocast():
     assert yb.dtype == torch.bfloat16
     torch.testing.assert_close(yb.float(), ya.float(), rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(b.bn_cont.running_mean, a.bn_cont.running_mean)
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_hidden_layers_relu_batchnorm_fused_equal_the_modules_calls(autocast, monkeypatch):
+    "In training on a GPU `mlp` runs each block's ReLU and BatchNorm as `_ReluBatchNorm`: the modules' results; a hook sees the modules"
+    import fastai_gpu_tabular.model as M
+    calls, apply = [], M._ReluBatchNorm.apply
+    monkeypatch.setattr(M._ReluBatchNorm, 'apply', lambda *a: calls.append(a[0].shape) or apply(*a))
+    _, b = models(ps=[0.1, 0.1])
+    c = copy.deepcopy(b)
+    xc, xn = batch()
+    with torch.autocast('cuda', dtype=torch.bfloat16, enabled=autocast):
+        set_seed(1); yb = b(xc, xn)
+        assert calls == [(4096, 512), (4096, 256)], calls  # both hidden layers fused
+        set_seed(1); h = c.layers.register_forward_hook(lambda *_: None); yc = c(xc, xn); h.remove()  # the modules' calls
+    assert len(calls) == 2 and yb.dtype == yc.dtype
+    tol = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(yb.float(), yc.float(), **tol)
+    yb.float().pow(2).mean().backward(); yc.float().pow(2).mean().backward()
+    rel = 2e-2 if autocast else 1e-4  # each gradient within this share of its norm: bf16's rounding, not a wrong term
+    for (n, p), q in zip(b.named_parameters(), c.parameters()): assert (p.grad - q.grad).norm() <= rel * q.grad.norm(), n
+    for (n, x), y in zip(b.state_dict().items(), c.state_dict().values()): torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4, msg=n)
 
 def test_trained_auc_equals_fastai_model_bf16():
     n = 400_000

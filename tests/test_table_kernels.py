@@ -99,3 +99,27 @@ print('ok')
 def test_sums_by_row_in_two_kernels_equal_embedding_dense_backwards_in_interpreter():
     "`_sums_fused`: rows over many chunks of lookups, on chunk edges, wide and single, as `embedding_dense_backward` sums them"
     interpret(SUMS)
+
+RELU_BN = r"""
+import torch, torch.nn as nn
+from fastai_gpu_tabular.model import _ReluBatchNorm
+torch.manual_seed(0)
+for n, c in ((300, 70), (1000, 5), (64, 200)):  # row ranges of uneven length, one channel block and two
+    x = (torch.randn(n, c)*2 + 3*torch.randn(c)).requires_grad_()  # means far from 0 in some channels, all below 0 in others
+    a, b = nn.BatchNorm1d(c), nn.BatchNorm1d(c)
+    with torch.no_grad(): a.weight.normal_(); a.bias.normal_()
+    b.load_state_dict(a.state_dict())
+    x2 = x.detach().clone().requires_grad_()
+    ya, yb = a(torch.relu(x)), _ReluBatchNorm.apply(x2, b.weight, b.bias, b)
+    torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-4)
+    g = torch.randn(n, c)
+    ya.backward(g); yb.backward(g)
+    for p, q in ((x2.grad, x.grad), (b.weight.grad, a.weight.grad), (b.bias.grad, a.bias.grad)):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-3)
+    for k in ('running_mean', 'running_var', 'num_batches_tracked'): torch.testing.assert_close(getattr(b, k), getattr(a, k))
+print('ok')
+"""
+
+def test_relu_batchnorm_kernels_equal_relu_then_batchnorm1d_in_interpreter():
+    "`_ReluBatchNorm`: output, the input's, weight's and bias's gradients and the running statistics as `BatchNorm1d(relu(x))`'s"
+    interpret(RELU_BN)
