@@ -410,7 +410,7 @@ def relu_bn_fusable(blk:nn.Module, x:Tensor)->bool:
     """Whether `blk` is fastai's `LinBnDrop` (`lin_first`) of a `Linear`, `ReLU` and a training `BatchNorm1d` (then dropout, or
     nothing) on a GPU, with no forward hooks: `mlp` then runs its ReLU and BatchNorm as one `_ReluBatchNorm`"""
     if not (triton is not None and x.is_cuda and x.dim() == 2 and len(x) > 1 and isinstance(blk, LinBnDrop) and len(blk) >= 3): return False
-    lin,act,bn = blk[:3]
+    lin,act,bn = list(blk)[:3]  # (a `LinBnDrop`'s slice would call its `__init__`)
     return (isinstance(lin, nn.Linear) and type(act) is nn.ReLU and isinstance(bn, nn.BatchNorm1d) and bn.training and bn.affine
             and bn.track_running_stats and bn.momentum is not None and not _hooked(blk, *blk))
 
@@ -421,7 +421,7 @@ def mlp(layers:nn.Sequential, x:Tensor)->Tensor:
     for blk in layers:
         if relu_bn_fusable(blk, x):
             x = _ReluBatchNorm.apply(blk[0](x).contiguous(), blk[2].weight, blk[2].bias, blk[2])
-            for m in blk[3:]: x = m(x)
+            for m in list(blk)[3:]: x = m(x)
         else: x = blk(x)
     return x
 
