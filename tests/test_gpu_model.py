@@ -38,9 +38,11 @@ def test_equals_fastai_model_fp32(train):
             # the two models' matmuls sum in other orders: at atol 1e-6 the fourth step's embedding gradients failed twice on an H200
             # (365 of 3M elements 3.4e-6 apart), at 1e-5 its first layer's once in 10 runs (2 of 622,080 elements 9.7e-5 apart, 2 H200s,
             # session 33); so each element within 2e-4 and the whole gradient within 1e-4 of its norm: a wrong gather or scale is off
-            # by far more
+            # by far more. From the second step on, the weights differ by those roundings and the hidden layers' BatchNorm sums
+            # in another order (`_ReluBatchNorm`): a ReLU input near 0 may change sign between the models, and their gradients
+            # differ at its rows (5.4e-4 of the norm at the third step on one H100, session 50): 1e-3 of the norm there
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=2e-4, msg=lambda m: f'step {step}, {n}: {m}')
-            assert (q.grad - p.grad).norm() <= 1e-4 * p.grad.norm(), (step, n)
+            assert (q.grad - p.grad).norm() <= (1e-4 if step == 0 else 1e-3) * p.grad.norm(), (step, n)
         opt_a.step(); opt_b.step(); opt_a.zero_grad(); opt_b.zero_grad()
     sa, sb = a.state_dict(), b.state_dict()
     assert list(sa) == list(sb)
