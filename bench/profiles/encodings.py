@@ -1,14 +1,19 @@
 """The processed format's bytes a row under other parquet codecs and encodings (issue 84: a folder half the bytes): one part
 file of a processed folder written again by pyarrow each way, its column chunks' bytes summed by kind (codes, continuous).
-The bytes only: a codec's decode speed on the GPU is cuDF's, measured on a device.
+The bytes only: a codec's decode speed on the GPU is cuDF's, measured on a device by training from a copy of the folder written
+that way (`--rewrite`: every part file, the same row groups and statistics; `dataset.json` and `procs/` copied).
 
-    python bench/profiles/encodings.py --data <processed folder> --name encodings_criteo_10m"""
+    python bench/profiles/encodings.py --data <processed folder> --name encodings_criteo_10m
+    python bench/profiles/encodings.py --data <processed folder> --rewrite /tmp/crp_zstd --way 'zstd 1, dictionary'
+    python bench/bench_defaults.py --data /tmp/crp_zstd --configs defaults -- --epochs 1   # beside the folder itself"""
 import argparse, collections, glob, os, sys, tempfile
 from pathlib import Path
 import pyarrow as pa, pyarrow.parquet as pq
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument('--data', required=True)
 p.add_argument('--name', default=None, help="write the rows to bench/results/NAME.json")
+p.add_argument('--rewrite', default=None, help="a new folder: the processed folder with its part files written `--way`")
+p.add_argument('--way', default='zstd 1, dictionary', help="one of the ways below, for `--rewrite`")
 a = p.parse_args()
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from common import report
@@ -22,6 +27,15 @@ WAYS = {'snappy, dictionary (the format)': dict(compression='snappy'), 'zstd 1, 
         'zstd 1, no dictionary': dict(compression='zstd', compression_level=1, use_dictionary=False),
         'zstd 1, floats BYTE_STREAM_SPLIT': dict(compression='zstd', compression_level=1, use_dictionary=[c for c in t.column_names if c not in floats],
                                                  column_encoding={c: 'BYTE_STREAM_SPLIT' for c in floats})}
+if a.rewrite:  # every part file that way, its row groups as they were; the folder's other files copied
+    import shutil
+    shutil.copytree(a.data, a.rewrite, ignore=lambda d, fs: [f for f in fs if f.endswith('.parquet') and Path(d).name in ('train', 'valid')])
+    for src in sorted(glob.glob(f'{a.data}/train/*.parquet') + glob.glob(f'{a.data}/valid/*.parquet')):
+        pf = pq.ParquetFile(src)
+        pq.write_table(pf.read(), f'{a.rewrite}/{Path(src).parent.name}/{Path(src).name}', row_group_size=pf.metadata.row_group(0).num_rows,
+                       **WAYS[a.way])
+    print(f'{a.rewrite}: {sum(os.path.getsize(f) for f in glob.glob(f"{a.rewrite}/*/*.parquet"))/1e9:.2f} GB of part files, written {a.way!r}')
+    sys.exit()
 rows = []
 with tempfile.TemporaryDirectory() as d:
     for way, kw in WAYS.items():
