@@ -11,7 +11,7 @@ from fastai.tabular.all import *
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'SigmoidRanges', 'per_target_range', 'FastBatchNorm1d', 'PaddedLinear', 'block_width',
            'embed_block', 'storage_view', 'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds',
-           'sharded_block', 'relu_bn_fusable', 'mlp', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights',
+           'sharded_block', 'relu_bn_fusable', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights',
            'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
@@ -408,13 +408,13 @@ def _hooked(*ms)->bool:
 
 def relu_bn_fusable(blk:nn.Module, x:Tensor)->bool:
     """Whether `blk` is fastai's `LinBnDrop` (`lin_first`) of a `Linear`, `ReLU` and a training `BatchNorm1d` (then dropout, or
-    nothing) on a GPU, with no forward hooks: `mlp` then runs its ReLU and BatchNorm as one `_ReluBatchNorm`"""
+    nothing) on a GPU, with no forward hooks: `_run_layers` then runs its ReLU and BatchNorm as one `_ReluBatchNorm`"""
     if not (triton is not None and x.is_cuda and x.dim() == 2 and len(x) > 1 and isinstance(blk, LinBnDrop) and len(blk) >= 3): return False
     lin,act,bn = list(blk)[:3]  # (a `LinBnDrop`'s slice would call its `__init__`)
     return (isinstance(lin, nn.Linear) and type(act) is nn.ReLU and isinstance(bn, nn.BatchNorm1d) and bn.training and bn.affine
             and bn.track_running_stats and bn.momentum is not None and not _hooked(blk, *blk))
 
-def mlp(layers:nn.Sequential, x:Tensor)->Tensor:
+def _run_layers(layers:nn.Sequential, x:Tensor)->Tensor:
     """`layers(x)`, where each `relu_bn_fusable` block runs as its `Linear`, one `_ReluBatchNorm` (two passes over the activations
     forward and two backward, against cuDNN's four and the ReLU's two) and its dropout"""
     if _hooked(layers): return layers(x)
@@ -453,7 +453,7 @@ class FastTabularModel(TabularModelMH):
         else: x = embed_block(x_cat, [e.weight for e in self.embeds], dense, self.width)
         if self.training and self.emb_drop.p > 0 and self.n_emb:  # fastai's dropout mask
             x = torch.cat([self.emb_drop(x[:, :self.n_emb].contiguous()), x[:, self.n_emb:]], 1)
-        return mlp(self.layers, x)
+        return _run_layers(self.layers, x)
 
     def _plan(self, tables, device):
         "`table_plan`, kept while the tables stay where they are (`Module.to` moves them, and `_apply` forgets it)"

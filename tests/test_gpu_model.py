@@ -58,7 +58,7 @@ def test_equals_fastai_model_bf16_autocast():
 
 @pytest.mark.parametrize('autocast', [False, True])
 def test_hidden_layers_relu_batchnorm_fused_equal_the_modules_calls(autocast, monkeypatch):
-    "In training on a GPU `mlp` runs each block's ReLU and BatchNorm as `_ReluBatchNorm`: the modules' results; a hook sees the modules"
+    "On a GPU in training `_run_layers` runs each block's ReLU and BatchNorm as `_ReluBatchNorm`: the modules' results; hooks see modules"
     import fastai_gpu_tabular.model as M
     calls, apply = [], M._ReluBatchNorm.apply
     monkeypatch.setattr(M._ReluBatchNorm, 'apply', lambda *a: calls.append(a[0].shape) or apply(*a))
