@@ -416,7 +416,7 @@ def relu_bn_fusable(blk:nn.Module, x:Tensor)->bool:
 
 def _run_layers(layers:nn.Sequential, x:Tensor)->Tensor:
     """`layers(x)`, where each `relu_bn_fusable` block runs as its `Linear`, one `_ReluBatchNorm` (two passes over the activations
-    forward and two backward, against cuDNN's four and the ReLU's two) and its dropout"""
+    forward and two backward, against torch's four BatchNorm kernels and the ReLU's two) and its dropout"""
     if _hooked(layers): return layers(x)
     for blk in layers:
         if relu_bn_fusable(blk, x):
