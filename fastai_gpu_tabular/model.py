@@ -61,17 +61,19 @@ def per_target_range(model, y_range):
     return model
 
 # %% ../nbs/04b_model.ipynb #af04dce7
+def _track(bn:nn.BatchNorm1d, mean:Tensor, var:Tensor, n:int):
+    "Move `bn`'s running statistics as torch's BatchNorm does, by a batch of `n` rows' `mean` and (biased) `var`"
+    with torch.no_grad():
+        bn.running_mean.lerp_(mean.to(bn.running_mean.dtype), bn.momentum)
+        bn.running_var.lerp_((var*(n/(n-1))).to(bn.running_var.dtype), bn.momentum)
+        bn.num_batches_tracked.add_(1)
+
 class FastBatchNorm1d(nn.BatchNorm1d):
     "`nn.BatchNorm1d` over few channels, trained with one `var_mean` reduction instead of cuDNN's many-channel kernels"
     def forward(self, x):
         if not (self.training and x.dim()==2 and x.shape[0] > 1 and self.momentum is not None): return super().forward(x)
         var,mean = torch.var_mean(x, 0, correction=0)
-        if self.track_running_stats:
-            with torch.no_grad():
-                n = x.shape[0]
-                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
-                self.running_var.lerp_((var*(n/(n-1))).to(self.running_var.dtype), self.momentum)
-                self.num_batches_tracked.add_(1)
+        if self.track_running_stats: _track(self, mean, var, x.shape[0])
         scale = torch.rsqrt(var+self.eps)
         if self.affine: return (x-mean)*(scale*self.weight) + self.bias
         return (x-mean)*scale
@@ -384,8 +386,7 @@ class _ReluBatchNorm(torch.autograd.Function):
         mean_s = s1/n
         var = (s2/n - mean_s*mean_s).clamp_min_(0)
         mean,rstd = shift + mean_s,torch.rsqrt(var + bn.eps)
-        with torch.no_grad():
-            bn.running_mean.lerp_(mean, bn.momentum); bn.running_var.lerp_(var*(n/(n-1)), bn.momentum); bn.num_batches_tracked.add_(1)
+        _track(bn, mean, var, n)
         k1 = rstd*weight.float()
         ctx.save_for_backward(x, weight, mean, rstd)
         return _relu_bn_apply(x, None, k1, None, bias.float() - mean*k1)
@@ -401,10 +402,12 @@ class _ReluBatchNorm(torch.autograd.Function):
         dx = _relu_bn_apply(x, dy, k1, k2, -k1*sdy/n - k2*mean)
         return dx,(sdyx*rstd).to(weight.dtype),sdy.to(weight.dtype),None
 
+from torch.nn.modules import module as _module
+
 def _hooked(*ms)->bool:
     "Whether a forward hook (of one of `ms`, or global) would see the modules' calls"
-    from torch.nn.modules import module as M
-    return bool(M._global_forward_hooks or M._global_forward_pre_hooks) or any(m._forward_hooks or m._forward_pre_hooks for m in ms)
+    return bool(_module._global_forward_hooks or _module._global_forward_pre_hooks) or \
+           any(m._forward_hooks or m._forward_pre_hooks for m in ms)
 
 def relu_bn_fusable(blk:nn.Module, x:Tensor)->bool:
     """Whether `blk` is fastai's `LinBnDrop` (`lin_first`) of a `Linear`, `ReLU` and a training `BatchNorm1d` (then dropout, or
