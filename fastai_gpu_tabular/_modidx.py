@@ -517,6 +517,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.model._TableBlock.forward': ( 'model.html#_tableblock.forward',
                                                                                             'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._codes': ('model.html#_codes', 'fastai_gpu_tabular/model.py'),
+                                          'fastai_gpu_tabular.model._cols': ('model.html#_cols', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._consecutive': ( 'model.html#_consecutive',
                                                                                      'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._gather_into': ( 'model.html#_gather_into',

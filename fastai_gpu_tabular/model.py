@@ -212,6 +212,24 @@ def _codes(idx:Tensor, cols:np.ndarray, offs:tuple)->Tensor:
     "The codes of one width's tables, columns `cols` of `idx` (`offs[1]` on the device): a slice where they are consecutive"
     return idx[:, cols[0]:cols[-1]+1] if cols[-1]-cols[0] == len(cols)-1 else idx[:, offs[1]]
 
+if triton is not None:
+    @triton.jit
+    def _cols_kernel(G, OUT, N, W, s0, A, BR:tl.constexpr, BW:tl.constexpr):
+        "Columns [`A`, `A` + `W`) of `G`'s `N` rows (row stride `s0`) into `OUT` (`N`, `W`), in `OUT`'s dtype"
+        r,c = tl.program_id(0).to(tl.int64)*BR + tl.arange(0, BR),tl.program_id(1)*BW + tl.arange(0, BW)
+        m = (r < N)[:, None] & (c < W)[None, :]
+        tl.store(OUT + r[:, None]*W + c[None, :], tl.load(G + r[:, None]*s0 + A + c[None, :], mask=m).to(OUT.dtype.element_ty), mask=m)
+
+def _cols(g:Tensor, a:int, w:int, dtype:torch.dtype)->Tensor:
+    """`g[:, a:a+w].to(dtype).contiguous()`, in one Triton pass on a GPU: torch's cast of a column slice is a strided copy at half
+    the bandwidth (1.17 ms for width 128's 65,536 x 4,992 block on one H100)"""
+    x = g[:, a:a+w]
+    if x.is_contiguous() and x.dtype == dtype: return x
+    if triton is None or not g.is_cuda or g.stride(1) != 1: return x.to(dtype).contiguous()
+    out = g.new_empty(len(g), w, dtype=dtype)
+    _cols_kernel[(triton.cdiv(len(g), 32), triton.cdiv(w, 128))](g, out, len(g), w, g.stride(0), a, BR=32, BW=128)
+    return out
+
 _offsets = {}  # (device, table shapes): each width's row offsets, columns, block columns, first block columns and rows, on the device
 
 class _TableBlock(torch.autograd.Function):
@@ -243,8 +261,9 @@ class _TableBlock(torch.autograd.Function):
         bs = len(idx)
         for cols,a,d,offs in ctx.runs:  # a width's gradients row by row of the batch, in the tables' dtype: one copy, no transpose
             if not any(ctx.needs_input_grad[5+i] for i in cols): continue
-            ga = g[:, a:a+len(cols)*d] if isinstance(a, (int, np.integer)) else g.index_select(1, a)
-            vals = ga.to(ctx.tabs[0].dtype).contiguous().view(bs*len(cols), d)
+            vals = _cols(g, int(a), len(cols)*d, ctx.tabs[0].dtype) if isinstance(a, (int, np.integer)) else \
+                   g.index_select(1, a).to(ctx.tabs[0].dtype)
+            vals = vals.contiguous().view(bs*len(cols), d)
             codes = _codes(idx, cols, offs).long()
             ids = (codes + offs[0]).view(-1)  # the lookups' rows of the width's tensor, in the order of `vals`
             joint = (tuple(id(ctx.tabs[i]) for i in cols), ids, vals)  # for `SparseEmbedOpt`: the width's gradient as one tensor

@@ -351,8 +351,9 @@ if triton is not None:
 
     @triton.jit
     def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr, P:tl.constexpr):
-        """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums, `P` at a time
-        (a hot row's chunks one by one were a chain of ~200 loads: 0.36 ms of a 2.5 ms step); `P` chunks a program, tested at once"""
+        """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums. `P` chunks a
+        program, at once where the row ends in the next chunk (most such rows); a row over more chunks adds them `P` at a time (a hot
+        row's chunks one by one were a chain of ~200 loads: 0.36 ms of a 2.5 ms step)"""
         m = META + tl.program_id(1)*6
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         g_,pt = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
@@ -362,23 +363,31 @@ if triton is not None:
         s = tl.load(SEG + e0 + pe, mask=jm, other=-1)
         go = jm & (tl.load(SEG + e0 + pe + 1, mask=jm & (pe + 1 < n), other=-2) == s)  # the row goes on in the next chunk
         go = go & ((tl.load(SEG + e0 + js*C, mask=jm, other=-2) != s) | (tl.load(SEG + e0 + js*C - 1, mask=jm & (js > 0), other=-1) != s))
-        if tl.sum(go.to(tl.int32), 0) > 0:  # and began here: rare, so each such chunk is found again on its own
-            c,p = tl.arange(0, BD),tl.arange(0, P)
-            for t in range(P):
-                j = tl.program_id(0).to(tl.int64)*P + t
-                if j*C < n:
-                    pe1 = tl.minimum(j*C + C, n) - 1
-                    s1 = tl.load(SEG + e0 + pe1)
-                    g1 = (tl.load(SEG + e0 + pe1 + 1, mask=pe1 + 1 < n, other=-1) == s1)
-                    g1 = g1 & ((tl.load(SEG + e0 + j*C) != s1) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s1))
-                    if g1:
-                        acc,q = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.),j + 1
-                        while g1:  # the next `P` chunks: those that begin in the row (a chunk's first slot holds its part)
-                            qs = q + p
-                            qm = (qs*C < n) & (tl.load(SEG + e0 + qs*C, mask=qs*C < n, other=-1) == s1)
-                            acc += tl.sum(tl.load(pt + 2*qs[:, None]*d + c[None, :], mask=qm[:, None] & (c < d)[None, :], other=0.), 0)
-                            g1,q = tl.sum(qm.to(tl.int32), 0) == P,q + P
-                        tl.store(g_ + (s1 - tl.load(SEG + e0))*d + c, acc, mask=c < d)
+        if tl.sum(go.to(tl.int32), 0) > 0:  # and began here
+            c,p,r0 = tl.arange(0, BD),tl.arange(0, P),tl.load(SEG + e0)
+            cm = (c < d)[None, :]
+            pe2 = tl.minimum(js*C + 2*C, n) - 1  # the next chunk's last place
+            more = go & (tl.load(SEG + e0 + pe2 + 1, mask=go & (pe2 + 1 < n), other=-2) == s)  # the row goes on past it
+            two = (go & (more == 0))[:, None] & cm
+            acc = tl.load(pt + (2*js + 1)[:, None]*d + c[None, :], mask=two, other=0.) + \
+                  tl.load(pt + (2*js + 2)[:, None]*d + c[None, :], mask=two, other=0.)
+            tl.store(g_ + (s - r0)[:, None]*d + c[None, :], acc, mask=two)
+            if tl.sum(more.to(tl.int32), 0) > 0:  # rare: each such chunk found again on its own
+                for t in range(P):
+                    j = tl.program_id(0).to(tl.int64)*P + t
+                    if j*C < n:
+                        pe1,pf = tl.minimum(j*C + C, n) - 1,tl.minimum(j*C + 2*C, n)
+                        s1 = tl.load(SEG + e0 + pe1)
+                        g1 = (tl.load(SEG + e0 + pf, mask=pf < n, other=-1) == s1)  # past the next chunk too
+                        g1 = g1 & ((tl.load(SEG + e0 + j*C) != s1) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s1))
+                        if g1:
+                            a1,q = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.),j + 1
+                            while g1:  # the next `P` chunks: those that begin in the row (a chunk's first slot holds its part)
+                                qs = q + p
+                                qm = (qs*C < n) & (tl.load(SEG + e0 + qs*C, mask=qs*C < n, other=-1) == s1)
+                                a1 += tl.sum(tl.load(pt + 2*qs[:, None]*d + c[None, :], mask=qm[:, None] & cm, other=0.), 0)
+                                g1,q = tl.sum(qm.to(tl.int32), 0) == P,q + P
+                            tl.store(g_ + (s1 - r0)*d + c, a1, mask=c < d)
 
 SUMS_CHUNK,SUMS_WARPS,CARRY_CHUNKS = 32,1,8  # lookups and warps a program of `_sums_kernel` (one H100, 2.56M Zipf lookups: 0.75 ms at
 # width 128, 2.7x 64 lookups in 4 warps); chunks a program of `_carry_kernel`

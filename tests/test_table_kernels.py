@@ -123,3 +123,18 @@ print('ok')
 def test_relu_batchnorm_kernels_equal_relu_then_batchnorm1d_in_interpreter():
     "`_ReluBatchNorm`: output, the input's, weight's and bias's gradients and the running statistics as `BatchNorm1d(relu(x))`'s"
     interpret(RELU_BN)
+
+COLS = r"""
+import torch, triton
+from fastai_gpu_tabular.model import _cols_kernel
+g = torch.randn(70, 300).bfloat16()  # rows over three programs, columns over three
+for a, w in ((0, 300), (5, 256), (40, 3)):
+    out = torch.full((70, w), 7.)
+    _cols_kernel[(triton.cdiv(70, 32), triton.cdiv(w, 128))](g, out, 70, w, g.stride(0), a, BR=32, BW=128)
+    assert torch.equal(out, g[:, a:a+w].float()), (a, w)
+print('ok')
+"""
+
+def test_column_slice_cast_kernel_equals_torchs_in_interpreter():
+    "`_cols`' kernel: a column slice of a bfloat16 block in float32, as torch's `g[:, a:a+w].float()`"
+    interpret(COLS)
