@@ -350,18 +350,18 @@ if triton is not None:
         r,c = tl.program_id(1),tl.program_id(0)*BC + tl.arange(0, BC)
         cm = c < C
         a = tl.load(A + c, mask=cm, other=0.)
-        s1,s2 = tl.zeros([BC], tl.float32),tl.zeros([BC], tl.float32)
+        s1,s2 = tl.zeros([RB, BC], tl.float32),tl.zeros([RB, BC], tl.float32)  # added across the tile once, at the end
         for i in range(r*RPP, tl.minimum(r*RPP + RPP, N), RB):
             rows = i + tl.arange(0, RB)
             m = (rows < tl.minimum(r*RPP + RPP, N))[:, None] & cm[None, :]
             o = rows.to(tl.int64)[:, None]*C + c[None, :]
             x = tl.where(m, tl.maximum(tl.load(X + o, mask=m, other=0.).to(tl.float32), 0.) - a[None, :], 0.)
-            if DY is None: s1,s2 = s1 + tl.sum(x, 0),s2 + tl.sum(x*x, 0)
+            if DY is None: s1,s2 = s1 + x,s2 + x*x
             else:
                 dy = tl.load(DY + o, mask=m, other=0.).to(tl.float32)
-                s1,s2 = s1 + tl.sum(dy, 0),s2 + tl.sum(dy*x, 0)
-        tl.store(PART + r*C + c, s1, mask=cm)
-        tl.store(PART + (tl.num_programs(1) + r)*C + c, s2, mask=cm)
+                s1,s2 = s1 + dy,s2 + dy*x
+        tl.store(PART + r*C + c, tl.sum(s1, 0), mask=cm)
+        tl.store(PART + (tl.num_programs(1) + r)*C + c, tl.sum(s2, 0), mask=cm)
 
     @triton.jit
     def _relu_bn_apply_kernel(X, DY, OUT, K1, K2, K0, N, C, RB:tl.constexpr, BC:tl.constexpr):
