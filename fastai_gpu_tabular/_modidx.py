@@ -526,6 +526,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.model._lookup': ('model.html#_lookup', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._relu_bn_apply': ( 'model.html#_relu_bn_apply',
                                                                                        'fastai_gpu_tabular/model.py'),
+                                          'fastai_gpu_tabular.model._relu_bn_coefs': ( 'model.html#_relu_bn_coefs',
+                                                                                       'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._relu_bn_pass': ( 'model.html#_relu_bn_pass',
                                                                                       'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._run_layers': ('model.html#_run_layers', 'fastai_gpu_tabular/model.py'),

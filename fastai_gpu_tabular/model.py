@@ -346,10 +346,11 @@ if triton is not None:
     @triton.jit
     def _relu_bn_sums_kernel(X, DY, A, PART, N, C, RPP, RB:tl.constexpr, BC:tl.constexpr):
         """Per channel over rows [r·RPP, (r+1)·RPP) (program axis 1): the sums of relu(x) - `A` and of their squares (`DY` None), or of
-        dy and dy·(relu(x) - `A`), in float32, into `PART`'s row r and row R + r (R: the programs on axis 1)"""
+        dy and dy·(relu(x) - `A`), in float32, into `PART`'s row r and row R + r (R: the programs on axis 1); `A` None: relu(x[0])"""
         r,c = tl.program_id(1),tl.program_id(0)*BC + tl.arange(0, BC)
         cm = c < C
-        a = tl.load(A + c, mask=cm, other=0.)
+        if A is None: a = tl.maximum(tl.load(X + c, mask=cm, other=0.).to(tl.float32), 0.)  # about relu(x[0])
+        else: a = tl.load(A + c, mask=cm, other=0.)
         s1,s2 = tl.zeros([RB, BC], tl.float32),tl.zeros([RB, BC], tl.float32)  # added across the tile once, at the end
         for i in range(r*RPP, tl.minimum(r*RPP + RPP, N), RB):
             rows = i + tl.arange(0, RB)
@@ -379,14 +380,53 @@ if triton is not None:
             y = tl.where(x > 0, tl.load(DY + o, mask=m, other=0.).to(tl.float32)*k1 + x*k2 + k0, 0.)
         tl.store(OUT + o, y.to(OUT.dtype.element_ty), mask=m)
 
-def _relu_bn_pass(x:Tensor, dy:Tensor|None, a:Tensor)->tuple:
-    "`_relu_bn_sums_kernel`'s two sums a channel over all the rows (partial sums of row ranges, added in order: the same every run)"
+if triton is not None:
+    @triton.jit
+    def _relu_bn_coefs_kernel(PART, R, C, N, X, W, B, M, RM, RV, OUT, eps, mom, BACK:tl.constexpr, BC:tl.constexpr):
+        """The channels' coefficients from `_relu_bn_sums_kernel`'s `R` partial sums (added in order), in one launch. Forward: mean,
+        1/std, `K1` and `K0` into `OUT`'s rows, the running mean and variance moved as torch's `lerp_`; back (`BACK`; `M`: the mean,
+        then 1/std): `K1`, `K2`, `K0`, the weight's and the bias's gradients"""
+        c = tl.program_id(0)*BC + tl.arange(0, BC)
+        cm = c < C
+        s1,s2 = tl.zeros([BC], tl.float32),tl.zeros([BC], tl.float32)
+        for r in range(R):
+            s1 += tl.load(PART + r*C + c, mask=cm, other=0.)
+            s2 += tl.load(PART + (R + r)*C + c, mask=cm, other=0.)
+        k1 = tl.load(W + c, mask=cm, other=0.).to(tl.float32)
+        if BACK:
+            mean,rstd = tl.load(M + c, mask=cm, other=0.),tl.load(M + C + c, mask=cm, other=0.)
+            k1 = k1*rstd
+            k2 = -k1*rstd*rstd*s2/N
+            tl.store(OUT + c, k1, mask=cm); tl.store(OUT + C + c, k2, mask=cm); tl.store(OUT + 2*C + c, -k1*s1/N - k2*mean, mask=cm)
+            tl.store(OUT + 3*C + c, s2*rstd, mask=cm); tl.store(OUT + 4*C + c, s1, mask=cm)
+        else:
+            ms = s1/N
+            var = tl.maximum(s2/N - ms*ms, 0.)
+            mean = tl.maximum(tl.load(X + c, mask=cm, other=0.).to(tl.float32), 0.) + ms  # about relu(x[0]), as the sums
+            rstd = 1./tl.sqrt(var + eps)
+            k1 = k1*rstd
+            tl.store(OUT + c, mean, mask=cm); tl.store(OUT + C + c, rstd, mask=cm); tl.store(OUT + 2*C + c, k1, mask=cm)
+            tl.store(OUT + 3*C + c, tl.load(B + c, mask=cm, other=0.).to(tl.float32) - mean*k1, mask=cm)
+            rm,rv = tl.load(RM + c, mask=cm, other=0.),tl.load(RV + c, mask=cm, other=0.)
+            tl.store(RM + c, rm + mom*(mean - rm), mask=cm)
+            tl.store(RV + c, rv + mom*(var*N/(N - 1) - rv), mask=cm)
+
+def _relu_bn_coefs(part:Tensor, x:Tensor, weight:Tensor, bias:Tensor|None, m:Tensor|None, bn:nn.BatchNorm1d|None)->Tensor:
+    "`_relu_bn_coefs_kernel`'s rows: (mean, 1/std, K1, K0) forward (`m` None), (K1, K2, K0, the weight's, the bias's gradient) back"
+    c = part.shape[2]
+    out = part.new_empty(4 if m is None else 5, c)
+    _relu_bn_coefs_kernel[(-(-c//128),)](part, part.shape[1], c, len(x), x, weight, bias, m, *((bn.running_mean, bn.running_var, out,
+        bn.eps, bn.momentum) if m is None else (None, None, out, 0., 0.)), BACK=m is not None, BC=128)
+    return out
+
+def _relu_bn_pass(x:Tensor, dy:Tensor|None, a:Tensor|None)->Tensor:
+    "`_relu_bn_sums_kernel`'s two sums a channel, (2, row ranges, channels): `_relu_bn_coefs` adds them in order (the same every run)"
     (n,c),bc = x.shape,min(128, triton.next_power_of_2(x.shape[1]))
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
     r = max(1, min(256, n//256, 8*sms//-(-c//bc)))  # row ranges: ~8 programs an SM
     part = x.new_empty(2, r, c, dtype=torch.float32)
     _relu_bn_sums_kernel[(-(-c//bc), r)](x, dy, a, part, n, c, -(-n//r), RB=32, BC=bc)
-    return part.sum(1).unbind(0)
+    return part
 
 def _relu_bn_apply(x:Tensor, dy:Tensor|None, k1:Tensor, k2:Tensor|None, k0:Tensor)->Tensor:
     "`_relu_bn_apply_kernel` over `x`: a tensor like it"
@@ -396,30 +436,21 @@ def _relu_bn_apply(x:Tensor, dy:Tensor|None, k1:Tensor, k2:Tensor|None, k0:Tenso
     return out
 
 class _ReluBatchNorm(torch.autograd.Function):
-    "`bn(relu(x))` in training: two passes over `x` forward, two backward, in Triton; the running statistics updated as torch does"
+    """`bn(relu(x))` in training: two passes over `x` forward, two backward, and a launch for the channels' coefficients each way
+    (Triton: 7 kernels where the torch ops between the passes were ~34); the running statistics moved as torch moves them"""
     @staticmethod
     def forward(ctx, x, weight, bias, bn):
-        n = len(x)
-        shift = x[0].float().clamp_min(0)  # a value of each channel: sums about it lose no digits where the mean is far from 0
-        s1,s2 = _relu_bn_pass(x, None, shift)
-        mean_s = s1/n
-        var = (s2/n - mean_s*mean_s).clamp_min_(0)
-        mean,rstd = shift + mean_s,torch.rsqrt(var + bn.eps)
-        _track(bn, mean, var, n)
-        k1 = rstd*weight.float()
-        ctx.save_for_backward(x, weight, mean, rstd)
-        return _relu_bn_apply(x, None, k1, None, bias.float() - mean*k1)
+        co = _relu_bn_coefs(_relu_bn_pass(x, None, None), x, weight, bias, None, bn)  # sums about relu(x[0]): no digits lost
+        bn.num_batches_tracked.add_(1)  # where the mean is far from 0
+        ctx.save_for_backward(x, weight, co[:2])
+        return _relu_bn_apply(x, None, co[2], None, co[3])
 
     @staticmethod
     def backward(ctx, dy):
-        x,weight,mean,rstd = ctx.saved_tensors
-        n = len(x)
+        x,weight,m = ctx.saved_tensors
         dy = dy.contiguous()
-        sdy,sdyx = _relu_bn_pass(x, dy, mean)
-        k1 = rstd*weight.float()
-        k2 = -k1*rstd*rstd*sdyx/n
-        dx = _relu_bn_apply(x, dy, k1, k2, -k1*sdy/n - k2*mean)
-        return dx,(sdyx*rstd).to(weight.dtype),sdy.to(weight.dtype),None
+        co = _relu_bn_coefs(_relu_bn_pass(x, dy, m[0]), x, weight, None, m, None)
+        return _relu_bn_apply(x, dy, co[0], co[1], co[2]),co[3].to(weight.dtype),co[4].to(weight.dtype),None
 
 from torch.nn.modules import module as _module
 
