@@ -382,16 +382,15 @@ if triton is not None:
 
 if triton is not None:
     @triton.jit
-    def _relu_bn_coefs_kernel(PART, R, C, N, X, W, B, M, RM, RV, OUT, eps, mom, BACK:tl.constexpr, BC:tl.constexpr):
-        """The channels' coefficients from `_relu_bn_sums_kernel`'s `R` partial sums (added in order), in one launch. Forward: mean,
-        1/std, `K1` and `K0` into `OUT`'s rows, the running mean and variance moved as torch's `lerp_`; back (`BACK`; `M`: the mean,
-        then 1/std): `K1`, `K2`, `K0`, the weight's and the bias's gradients"""
-        c = tl.program_id(0)*BC + tl.arange(0, BC)
+    def _relu_bn_coefs_kernel(PART, R, C, N, X, W, B, M, RM, RV, OUT, eps, mom, BACK:tl.constexpr, RP:tl.constexpr, BC:tl.constexpr):
+        """The channels' coefficients from `_relu_bn_sums_kernel`'s `R` (<= `RP`) partial sums (loaded at once, added as a tree: the
+        same every run), in one launch. Forward: mean, 1/std, `K1` and `K0` into `OUT`'s rows, the running mean and variance moved
+        as torch's `lerp_`; back (`BACK`; `M`: the mean, then 1/std): `K1`, `K2`, `K0`, the weight's and the bias's gradients"""
+        c,r = tl.program_id(0)*BC + tl.arange(0, BC),tl.arange(0, RP)
         cm = c < C
-        s1,s2 = tl.zeros([BC], tl.float32),tl.zeros([BC], tl.float32)
-        for r in range(R):
-            s1 += tl.load(PART + r*C + c, mask=cm, other=0.)
-            s2 += tl.load(PART + (R + r)*C + c, mask=cm, other=0.)
+        m2 = (r < R)[:, None] & cm[None, :]
+        s1 = tl.sum(tl.load(PART + r[:, None]*C + c[None, :], mask=m2, other=0.), 0)
+        s2 = tl.sum(tl.load(PART + (R + r)[:, None]*C + c[None, :], mask=m2, other=0.), 0)
         k1 = tl.load(W + c, mask=cm, other=0.).to(tl.float32)
         if BACK:
             mean,rstd = tl.load(M + c, mask=cm, other=0.),tl.load(M + C + c, mask=cm, other=0.)
@@ -415,8 +414,9 @@ def _relu_bn_coefs(part:Tensor, x:Tensor, weight:Tensor, bias:Tensor|None, m:Ten
     "`_relu_bn_coefs_kernel`'s rows: (mean, 1/std, K1, K0) forward (`m` None), (K1, K2, K0, the weight's, the bias's gradient) back"
     c = part.shape[2]
     out = part.new_empty(4 if m is None else 5, c)
-    _relu_bn_coefs_kernel[(-(-c//128),)](part, part.shape[1], c, len(x), x, weight, bias, m, *((bn.running_mean, bn.running_var, out,
-        bn.eps, bn.momentum) if m is None else (None, None, out, 0., 0.)), BACK=m is not None, BC=128)
+    _relu_bn_coefs_kernel[(-(-c//32),)](part, part.shape[1], c, len(x), x, weight, bias, m, *((bn.running_mean, bn.running_var, out,
+        bn.eps, bn.momentum) if m is None else (None, None, out, 0., 0.)), BACK=m is not None,
+        RP=triton.next_power_of_2(part.shape[1]), BC=32)
     return out
 
 def _relu_bn_pass(x:Tensor, dy:Tensor|None, a:Tensor|None)->Tensor:
