@@ -8,10 +8,11 @@ from fastai.torch_basics import *
 from fastai.callback.core import Callback, CancelBackwardException, CancelStepException
 from torch.nn.parallel import DistributedDataParallel
 from fastai.callback.fp16 import MixedPrecision, AMPMode
-from .optimizer import ForeachLamb, StepValues, GraphUnfit, captured_values
+from .optimizer import ForeachLamb, SparseEmbedOpt, StepValues, GraphUnfit, captured_values
+from .model import warming
 
 # %% auto #0
-__all__ = ['step_unfit', 'CudaGraph']
+__all__ = ['step_unfit', 'warm_step', 'CudaGraph']
 
 # %% ../nbs/06b_graph.ipynb #dca01b3e
 class _Captured:
@@ -96,6 +97,38 @@ def step_unfit(learn)->str|None:
     if cbs := [f"{type(cb).__name__} ({', '.join(e)})" for cb in learn.cbs if (e := _acts_in_step(cb))]:
         return f"callbacks act inside the step: {'; '.join(cbs)}"
 
+def warm_step(learn, ins)->bool:
+    """The Triton kernels of `learn`'s training step on batches like `ins` (inputs, then targets) compiled at once on threads before
+    the step first runs: the step run once with its launches compiled, not run (`warming`), and what else it changed put back (the
+    buffers, the gradients, the random generators and the optimizer's step counts). Done only where nothing else can change: one
+    process, float32 CUDA parameters, this library's fused optimizers (`SparseEmbedOpt`, `ForeachLamb`); else False"""
+    m,opt,nx = learn.model,learn.opt,len(learn.xb)
+    ps,bufs = list(m.parameters()),list(m.buffers())
+    if not (num_distrib() <= 1 and ps and isinstance(opt, (SparseEmbedOpt, ForeachLamb)) and getattr(opt, 'fused', None) is not False
+            and getattr(getattr(opt, 'dense', opt), 'fused', None) is not False
+            and all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() for p in ps)): return False
+    dev,opts = ps[0].device,[o for o in (opt, getattr(opt, 'dense', None)) if o is not None]  # `SparseEmbedOpt`'s dense one too
+    saved = ([b.clone() for b in bufs],[p.grad for p in ps],torch.cuda.get_rng_state(dev),torch.get_rng_state(),
+             [{p: s.get('step') for p,s in o.state.items()} for o in opts])
+    batches = [ins] + ([[x.clone() for x in ins]] if any(x.data_ptr() % 16 for x in ins) else [])  # a capture's inputs: aligned
+    try:
+        with warming():
+            for xs in batches:
+                loss = learn.loss_func(m(*xs[:nx]), *xs[nx:])
+                with torch.autocast('cuda', enabled=False): loss.backward(); opt.step()
+                for p in ps: p.grad = None
+    except Exception as e:  # the step says it again, where it runs
+        warn(f"warm_step: the step's kernels compile at their first launch ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+        return False
+    finally:
+        for b,c in zip(bufs, saved[0]): b.copy_(c)
+        for p,g in zip(ps, saved[1]): p.grad = g
+        torch.cuda.set_rng_state(saved[2], dev); torch.set_rng_state(saved[3])
+        for o,counts in zip(opts, saved[4]):
+            for p,s in o.state.items():
+                if 'step' in s: s['step'] = counts.get(p) or 0  # a state the step made: as fresh (its buffers are zeros yet)
+    return True
+
 class _Step:
     """One training step of `learn` captured in one CUDA graph for one kind of batch: the forward, `after_pred`, the loss, the
     backward, the optimizer's step and `zero_grad`; static inputs and targets, the outputs, and the host values its kernels read
@@ -140,6 +173,7 @@ class CudaGraph(Callback):
         warmup:int=2, # Batches of a shape run as usual before its graphs are captured (kernels compiled, state made)
         max_graphs:int=2, # Shapes captured at most (others run as usual): e.g. the training batch and the epoch's last
         whole_step:bool=True, # The whole step in one graph where it can be (else, or False: the forward and backward)
+        warm:bool=True, # Compile the step's Triton kernels at once on threads before its first batch (`warm_step`)
     ): super().__init__(); store_attr(); self.why,self._said = None,set()
 
     def before_fit(self):
@@ -178,6 +212,7 @@ class CudaGraph(Callback):
             return type(learn)._do_one_batch(learn)
         k = self._key(ins)
         if (c := self.graphs.get(k)) is None:
+            if not self.seen and self.warm: warm_step(learn, ins)  # the fit's first batch
             self.seen[k] += 1
             if self.seen[k] <= self.warmup or len(self.graphs) >= self.max_graphs or not (c := self._capture_step(k, ins)):
                 return type(learn)._do_one_batch(learn)

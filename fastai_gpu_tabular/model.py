@@ -4,15 +4,17 @@
 
 # %% ../nbs/04b_model.ipynb #1aa2a0e2
 from __future__ import annotations
-import threading
+import threading, contextvars, os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from .backend import replacing, no_space
 from fastai.tabular.all import *
 
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'SigmoidRanges', 'per_target_range', 'FastBatchNorm1d', 'PaddedLinear', 'block_width',
-           'embed_block', 'storage_view', 'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds',
-           'sharded_block', 'relu_bn_fusable', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights',
-           'load_weights']
+           'embed_block', 'storage_view', 'table_groups', 'warming', 'warm_triton', 'table_plan', 'table_block',
+           'shard_bounds', 'sharded_block', 'relu_bn_fusable', 'FastTabularModel', 'layer_info', 'save_weights',
+           'link_weights', 'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -171,6 +173,36 @@ def _triton_warm():
         triton_key(); import triton.experimental.gluon
     except Exception: pass  # only time is at stake: the first compile does it then
 
+_warming = contextvars.ContextVar('fgt_warming', default=None)
+_pool = None
+
+def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
+    "`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch"
+    torch.cuda.set_device(dev)
+    c = k.warmup(*args, grid=grid, **kw)
+    if hasattr(c, '_init_handles'): c._init_handles()
+
+def _launch(k, grid:tuple, *args, **kw):
+    "`k[grid](*args, **kw)`; inside `warming` its compile sent to threads instead: nothing runs, nothing is written"
+    if (fs := _warming.get()) is None: return k[grid](*args, **kw)
+    global _pool
+    if _pool is None: _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix='fgt-compile')
+    dev = torch.cuda.current_device()
+    try: k.device_caches[dev]  # its binder made here, not by two threads at once
+    except Exception: pass
+    fs.append(_pool.submit(_compile, dev, k, grid, args, kw))
+
+@contextmanager
+def warming():
+    """Triton's launches inside compile at once on threads, nothing launched; on leaving, they are waited for. A machine's first
+    step compiled its ~14 kernels one after the other (3.1 s on one H100), 8 threads take a third of that"""
+    fs = []
+    tok = _warming.set(fs)
+    try: yield fs
+    finally:
+        _warming.reset(tok)
+        for f in fs: f.exception()  # done; a compile that failed fails again at its launch, where it is said
+
 _warm = None
 def warm_triton()->threading.Thread|None:
     "Start `_triton_warm` on a thread, once a process, where Triton and a GPU are: the first batch need not wait for it"
@@ -204,7 +236,7 @@ def _gather_into(x:Tensor, idx:Tensor, groups:list):
     for base,offs in groups:
         d,k,bd = base.shape[1],len(offs[1]),triton.next_power_of_2(base.shape[1])
         br = max(1, 8192//bd)
-        _gather_kernel[(triton.cdiv(len(idx), br), k)](idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3], base,
+        _launch(_gather_kernel, (triton.cdiv(len(idx), br), k), idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3], base,
                                                        x, x.stride(0), len(idx), bad, D=d, BR=br, BD=bd)
     torch._assert_async(bad[0] == 0, "a categorical code is out of its embedding table's rows")
 
@@ -227,7 +259,7 @@ def _cols(g:Tensor, a:int, w:int, dtype:torch.dtype)->Tensor:
     if x.is_contiguous() and x.dtype == dtype: return x
     if triton is None or not g.is_cuda or g.stride(1) != 1: return x.to(dtype).contiguous()
     out = g.new_empty(len(g), w, dtype=dtype)
-    _cols_kernel[(triton.cdiv(len(g), 32), triton.cdiv(w, 128))](g, out, len(g), w, g.stride(0), a, BR=32, BW=128)
+    _launch(_cols_kernel, (triton.cdiv(len(g), 32), triton.cdiv(w, 128)), g, out, len(g), w, g.stride(0), a, BR=32, BW=128)
     return out
 
 _offsets = {}  # (device, table shapes): each width's row offsets, columns, block columns, first block columns and rows, on the device
@@ -414,9 +446,9 @@ def _relu_bn_coefs(part:Tensor, x:Tensor, weight:Tensor, bias:Tensor|None, m:Ten
     "`_relu_bn_coefs_kernel`'s rows: (mean, 1/std, K1, K0) forward (`m` None), (K1, K2, K0, the weight's, the bias's gradient) back"
     c = part.shape[2]
     out = part.new_empty(4 if m is None else 5, c)
-    _relu_bn_coefs_kernel[(-(-c//32),)](part, part.shape[1], c, len(x), x, weight, bias, m, *((bn.running_mean, bn.running_var, out,
-        bn.eps, bn.momentum) if m is None else (None, None, out, 0., 0.)), BACK=m is not None,
-        RP=triton.next_power_of_2(part.shape[1]), BC=32)
+    _launch(_relu_bn_coefs_kernel, (-(-c//32),), part, part.shape[1], c, len(x), x, weight, bias, m,
+            *((bn.running_mean, bn.running_var, out, bn.eps, bn.momentum) if m is None else (None, None, out, 0., 0.)),
+            BACK=m is not None, RP=triton.next_power_of_2(part.shape[1]), BC=32)
     return out
 
 def _relu_bn_pass(x:Tensor, dy:Tensor|None, a:Tensor|None)->Tensor:
@@ -425,14 +457,14 @@ def _relu_bn_pass(x:Tensor, dy:Tensor|None, a:Tensor|None)->Tensor:
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
     r = max(1, min(256, n//256, 8*sms//-(-c//bc)))  # row ranges: ~8 programs an SM
     part = x.new_empty(2, r, c, dtype=torch.float32)
-    _relu_bn_sums_kernel[(-(-c//bc), r)](x, dy, a, part, n, c, -(-n//r), RB=32, BC=bc)
+    _launch(_relu_bn_sums_kernel, (-(-c//bc), r), x, dy, a, part, n, c, -(-n//r), RB=32, BC=bc)
     return part
 
 def _relu_bn_apply(x:Tensor, dy:Tensor|None, k1:Tensor, k2:Tensor|None, k0:Tensor)->Tensor:
     "`_relu_bn_apply_kernel` over `x`: a tensor like it"
     out = torch.empty_like(x)
     bc = min(128, triton.next_power_of_2(x.shape[1]))
-    _relu_bn_apply_kernel[(-(-len(x)//32), -(-x.shape[1]//bc))](x, dy, out, k1, k2, k0, len(x), x.shape[1], RB=32, BC=bc)
+    _launch(_relu_bn_apply_kernel, (-(-len(x)//32), -(-x.shape[1]//bc)), x, dy, out, k1, k2, k0, len(x), x.shape[1], RB=32, BC=bc)
     return out
 
 class _ReluBatchNorm(torch.autograd.Function):

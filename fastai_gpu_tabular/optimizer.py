@@ -13,7 +13,7 @@ from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
 from .comm import distributed, gather_rows, all_gather_cat, rank_world
-from .model import storage_view, _consecutive, triton, tl  # Triton, where installed (else None)
+from .model import storage_view, _consecutive, _launch, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'SUMS_CHUNK', 'SUMS_WARPS', 'CARRY_CHUNKS', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values',
@@ -159,10 +159,10 @@ class _Table:
         hyper-parameters on the device (lr, wd, mom, sqr_mom, c1, c2, eps)"""
         args,nb = (self.P, self.G, self.M, self.V, self.NUMEL, self.FLAGS, self.BP, self.BO),len(self.BP)
         kw = dict(DECOUPLE=decouple, BLOCK=self.block, TILES=self.tiles, num_warps=self.warps)
-        _lamb_kernel[(nb,)](*args, self.part, self.part, 0, hp, APPLY=False, **kw)
+        _launch(_lamb_kernel, (nb,), *args, self.part, self.part, 0, hp, APPLY=False, **kw)
         cs = self.part.view(2, nb).double().cumsum(1)[:, self.ends]  # rows: a scan along dim 0 of (nb, 2) is sequential in torch
         sums = torch.diff(cs, dim=1, prepend=self.zero)
-        _lamb_kernel[(nb,)](*args, self.part, sums, sums.shape[1], hp, APPLY=True, **kw)
+        _launch(_lamb_kernel, (nb,), *args, self.part, sums, sums.shape[1], hp, APPLY=True, **kw)
 
 # %% ../nbs/06_optimizer.ipynb #f388dae5
 class ForeachLamb(Optimizer):
@@ -403,8 +403,8 @@ def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     meta = _sent([x for k,v in enumerate(vals) for x in (e[k], len(v), ds[k], v.data_ptr(), gs[k].data_ptr(), pt[k].data_ptr())],
                  torch.int64, seg.device)
     grid = (max(nc), len(vals))
-    _sums_kernel[grid](perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))), num_warps=SUMS_WARPS)
-    _carry_kernel[(-(-max(nc)//CARRY_CHUNKS), len(vals))](seg, meta, C=C, BD=triton.next_power_of_2(max(ds)), P=CARRY_CHUNKS)
+    _launch(_sums_kernel, grid, perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))), num_warps=SUMS_WARPS)
+    _launch(_carry_kernel, (-(-max(nc)//CARRY_CHUNKS), len(vals)), seg, meta, C=C, BD=triton.next_power_of_2(max(ds)), P=CARRY_CHUNKS)
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 
 def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
@@ -479,7 +479,7 @@ def _rows_fused(rule:str, rows:Tensor, un:Tensor, parts:list, hp:Tensor):
         ptrs = [t.data_ptr() for t in sts] + [0]*(2-len(sts))
         meta += [s0, w.shape[1], w.data_ptr(), g.data_ptr(), *ptrs]
     cb = min(64, triton.next_power_of_2(max(p[2].shape[1] for p in parts)))  # columns a pass; a tile of 4,096 values
-    _rows_kernel[(triton.cdiv(max(p[0] for p in parts), 4096//cb), len(parts))](
+    _launch(_rows_kernel, (triton.cdiv(max(p[0] for p in parts), 4096//cb), len(parts)),
         rows, un, _sent(meta, torch.int64, rows.device), hp, RULE=_RULE_IDS[rule], BR=4096//cb, CB=cb)
 
 def _fusable(rows:Tensor, parts:list)->bool:

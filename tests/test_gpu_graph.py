@@ -121,3 +121,40 @@ def test_a_fit_cut_short_then_a_graphed_fit(to, opt):
     assert cb.replays > 0 and left[0] in where()  # left on the model or the learner
     with learn.no_bar(): learn.fit(1, 1e-2)
     assert cb.captures == 1 and cb.replays > 0 and left[0] not in where() and (cb.why is None) == (opt == 'sparse')
+
+@pytest.mark.parametrize('opt', ['sparse', 'lamb'])
+def test_warm_step_compiles_the_step_at_once_and_changes_nothing(to, opt):
+    """`CudaGraph(warm=True)` (the default) compiles the step's Triton kernels on threads before the first batch runs: the first
+    batches then compile nothing on the training thread (with `warm=False` they do), and the fit is the one without it (buffers,
+    gradients, random generators and step counts put back: a step counted twice moves Lamb's first update ~2x, BatchNorm's
+    running statistics ~10%)"""
+    import threading, triton.compiler as TC, triton.runtime.jit as J
+    import fastai_gpu_tabular.model as M, fastai_gpu_tabular.optimizer as O
+    from fastai.tabular.all import Callback
+    orig, log = TC.compile, []
+    def counted(*a, **k):
+        log.append(threading.current_thread().name); return orig(*a, **k)
+    class Mark(Callback):  # the training thread's compiles in the first three batches (warm-up, capture, replay)
+        order = 20
+        def before_batch(self):
+            if self.training and self.iter == 0: log.append('start')
+        def after_batch(self):
+            if self.training and self.iter == 2: log.append('end')
+    def run(warm):
+        for mod in (M, O):
+            for k in vars(mod).values():
+                if isinstance(k, J.JITFunction): k.device_caches.clear()  # compiled again (from the disk's cache: still a compile)
+        log.clear(); cb = CudaGraph(warm=warm)
+        learn = fit(to, opt, [cb, Mark()], epochs=1, bs=1024)
+        i, j = log.index('start'), log.index('end')
+        return learn, [n for n in log[i+1:j] if not n.startswith('fgt-compile')], [n for n in log if n.startswith('fgt-compile')]
+    TC.compile = counted
+    try: (w, main_w, pool_w), (c, main_c, pool_c) = run(True), run(False)
+    finally: TC.compile = orig
+    assert len(pool_w) >= 6 and main_w == [], (pool_w, main_w)  # the step's kernels on the pool, none on the training thread
+    assert pool_c == [] and len(main_c) >= 6, (pool_c, main_c)  # without: each at its first launch
+    for (k, v), u in zip(w.model.state_dict().items(), c.model.state_dict().values()):
+        torch.testing.assert_close(v, u, rtol=1e-5, atol=1e-6, msg=k)
+    torch.testing.assert_close(torch.tensor(w.recorder.values), torch.tensor(c.recorder.values), rtol=1e-5, atol=1e-6)
+    for o, p in ((w.opt, c.opt), (getattr(w.opt, 'dense', None), getattr(c.opt, 'dense', None))):
+        if o is not None: assert [s.get('step') for s in o.state.values()] == [s.get('step') for s in p.state.values()]
