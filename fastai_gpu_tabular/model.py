@@ -4,7 +4,7 @@
 
 # %% ../nbs/04b_model.ipynb #1aa2a0e2
 from __future__ import annotations
-import threading, contextvars, os
+import threading, os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from .backend import replacing, no_space
@@ -173,8 +173,7 @@ def _triton_warm():
         triton_key(); import triton.experimental.gluon
     except Exception: pass  # only time is at stake: the first compile does it then
 
-_warming = contextvars.ContextVar('fgt_warming', default=None)
-_pool = None
+_warming,_pool = None,None  # the futures of `warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
 
 def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
     "`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch"
@@ -184,7 +183,7 @@ def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
 
 def _launch(k, grid:tuple, *args, **kw):
     "`k[grid](*args, **kw)`; inside `warming` its compile sent to threads instead: nothing runs, nothing is written"
-    if (fs := _warming.get()) is None: return k[grid](*args, **kw)
+    if (fs := _warming) is None: return k[grid](*args, **kw)
     global _pool
     if _pool is None: _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix='fgt-compile')
     dev = torch.cuda.current_device()
@@ -194,13 +193,14 @@ def _launch(k, grid:tuple, *args, **kw):
 
 @contextmanager
 def warming():
-    """Triton's launches inside compile at once on threads, nothing launched; on leaving, they are waited for. A machine's first
-    step compiled its ~14 kernels one after the other (3.1 s on one H100), 8 threads take a third of that"""
-    fs = []
-    tok = _warming.set(fs)
+    """This library's Triton launches, from any thread, compiled at once on threads while inside, nothing launched; on leaving, the
+    compiles are waited for. A machine's first step compiled its ~14 kernels one after the other (3.1 s on one H100), 8 threads
+    take a third of that"""
+    global _warming
+    _warming = fs = []
     try: yield fs
     finally:
-        _warming.reset(tok)
+        _warming = None
         for f in fs: f.exception()  # done; a compile that failed fails again at its launch, where it is said
 
 _warm = None
