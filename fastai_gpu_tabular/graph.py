@@ -104,9 +104,10 @@ def warm_step(learn, ins)->bool:
     process, float32 CUDA parameters, this library's fused optimizers (`SparseEmbedOpt`, `ForeachLamb`); else False"""
     m,opt,nx = learn.model,learn.opt,len(learn.xb)
     ps,bufs = list(m.parameters()),list(m.buffers())
-    if not (num_distrib() <= 1 and ps and isinstance(opt, (SparseEmbedOpt, ForeachLamb)) and getattr(opt, 'fused', None) is not False
-            and getattr(getattr(opt, 'dense', opt), 'fused', None) is not False
-            and all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() for p in ps)): return False
+    dense = getattr(opt, 'dense', opt)  # all steps in kernels, which write nothing under `warming` (foreach ops would step)
+    if not (num_distrib() <= 1 and ps and isinstance(opt, (SparseEmbedOpt, ForeachLamb)) and isinstance(dense, ForeachLamb)
+            and dense.fused is not False and all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() and p.data_ptr() % 16 == 0
+                                                 for p in ps)): return False
     dev,opts = ps[0].device,[o for o in (opt, getattr(opt, 'dense', None)) if o is not None]  # `SparseEmbedOpt`'s dense one too
     saved = ([b.clone() for b in bufs],[p.grad for p in ps],torch.cuda.get_rng_state(dev),torch.get_rng_state(),
              [{p: s.get('step') for p,s in o.state.items()} for o in opts])
