@@ -9,7 +9,7 @@ from fastai.callback.core import Callback, CancelBackwardException, CancelStepEx
 from torch.nn.parallel import DistributedDataParallel
 from fastai.callback.fp16 import MixedPrecision, AMPMode
 from .optimizer import ForeachLamb, SparseEmbedOpt, StepValues, GraphUnfit, captured_values
-from .model import warming
+from .model import _warming
 
 # %% auto #0
 __all__ = ['step_unfit', 'warm_step', 'CudaGraph']
@@ -99,12 +99,12 @@ def step_unfit(learn)->str|None:
 
 def warm_step(learn, ins)->bool:
     """The Triton kernels of `learn`'s training step on batches like `ins` (inputs, then targets) compiled at once on threads before
-    the step first runs: the step run once with its launches compiled, not run (`warming`), and what else it changed put back (the
+    the step first runs: the step run once with its launches compiled, not run (`model._warming`), and what else it changed put back (the
     buffers, the gradients, the random generators and the optimizer's step counts). Done only where nothing else can change: one
     process, float32 CUDA parameters, this library's fused optimizers (`SparseEmbedOpt`, `ForeachLamb`); else False"""
     m,opt,nx = learn.model,learn.opt,len(learn.xb)
     ps,bufs = list(m.parameters()),list(m.buffers())
-    dense = getattr(opt, 'dense', opt)  # all steps in kernels, which write nothing under `warming` (foreach ops would step)
+    dense = getattr(opt, 'dense', opt)  # all steps in kernels, which write nothing under `_warming` (foreach ops would step)
     if not (num_distrib() <= 1 and ps and isinstance(opt, (SparseEmbedOpt, ForeachLamb)) and isinstance(dense, ForeachLamb)
             and dense.fused is not False and all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() and p.data_ptr() % 16 == 0
                                                  for p in ps)): return False
@@ -113,7 +113,7 @@ def warm_step(learn, ins)->bool:
              [{p: s.get('step') for p,s in o.state.items()} for o in opts])
     batches = [ins] + ([[x.clone() for x in ins]] if any(x.data_ptr() % 16 for x in ins) else [])  # a capture's inputs: aligned
     try:
-        with warming():
+        with _warming():
             for xs in batches:
                 loss = learn.loss_func(m(*xs[:nx]), *xs[nx:])
                 with torch.autocast('cuda', enabled=False): loss.backward(); opt.step()

@@ -12,9 +12,9 @@ from fastai.tabular.all import *
 
 # %% auto #0
 __all__ = ['bag_embed', 'TabularModelMH', 'SigmoidRanges', 'per_target_range', 'FastBatchNorm1d', 'PaddedLinear', 'block_width',
-           'embed_block', 'storage_view', 'table_groups', 'warming', 'warm_triton', 'table_plan', 'table_block',
-           'shard_bounds', 'sharded_block', 'relu_bn_fusable', 'FastTabularModel', 'layer_info', 'save_weights',
-           'link_weights', 'load_weights']
+           'embed_block', 'storage_view', 'table_groups', 'warm_triton', 'table_plan', 'table_block', 'shard_bounds',
+           'sharded_block', 'relu_bn_fusable', 'FastTabularModel', 'layer_info', 'save_weights', 'link_weights',
+           'load_weights']
 
 # %% ../nbs/04b_model.ipynb #106a7b21
 def bag_embed(bag:nn.EmbeddingBag, values:Tensor, offsets:Tensor)->Tensor:
@@ -173,7 +173,7 @@ def _triton_warm():
         triton_key(); import triton.experimental.gluon
     except Exception: pass  # only time is at stake: the first compile does it then
 
-_warming,_pool = None,None  # the futures of `warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
+_warm_fs,_pool = None,None  # the futures of `_warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
 
 def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
     "`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch"
@@ -182,8 +182,8 @@ def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
     if hasattr(c, '_init_handles'): c._init_handles()
 
 def _launch(k, grid:tuple, *args, **kw):
-    "`k[grid](*args, **kw)`; inside `warming` its compile sent to threads instead: nothing runs, nothing is written"
-    if (fs := _warming) is None: return k[grid](*args, **kw)
+    "`k[grid](*args, **kw)`; inside `_warming` its compile sent to threads instead: nothing runs, nothing is written"
+    if (fs := _warm_fs) is None: return k[grid](*args, **kw)
     global _pool
     if _pool is None: _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix='fgt-compile')
     dev = torch.cuda.current_device()
@@ -192,15 +192,15 @@ def _launch(k, grid:tuple, *args, **kw):
     fs.append(_pool.submit(_compile, dev, k, grid, args, kw))
 
 @contextmanager
-def warming():
+def _warming():
     """This library's Triton launches, from any thread, compiled at once on threads while inside, nothing launched; on leaving, the
     compiles are waited for. A machine's first step compiled its ~14 kernels one after the other (3.1 s on one H100), 8 threads
     take a third of that"""
-    global _warming
-    _warming = fs = []
+    global _warm_fs
+    _warm_fs = fs = []
     try: yield fs
     finally:
-        _warming = None
+        _warm_fs = None
         for f in fs: f.exception()  # done; a compile that failed fails again at its launch, where it is said
 
 _warm = None
@@ -236,8 +236,8 @@ def _gather_into(x:Tensor, idx:Tensor, groups:list):
     for base,offs in groups:
         d,k,bd = base.shape[1],len(offs[1]),triton.next_power_of_2(base.shape[1])
         br = max(1, 8192//bd)
-        _launch(_gather_kernel, (triton.cdiv(len(idx), br), k), idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3], base,
-                                                       x, x.stride(0), len(idx), bad, D=d, BR=br, BD=bd)
+        _launch(_gather_kernel, (triton.cdiv(len(idx), br), k), idx, idx.stride(0), idx.stride(1), offs[1], offs[0], offs[4], offs[3],
+                base, x, x.stride(0), len(idx), bad, D=d, BR=br, BD=bd)
     torch._assert_async(bad[0] == 0, "a categorical code is out of its embedding table's rows")
 
 def _codes(idx:Tensor, cols:np.ndarray, offs:tuple)->Tensor:
