@@ -125,3 +125,38 @@ def test_under_a_capture_host_values_go_through_slots():
     with pytest.raises(O.GraphUnfit, match='more than 64 bytes'), O.captured_values(v):
         O._sent(list(range(20)), torch.int64, torch.device('cpu'))
     assert O._sent([1.5], torch.float32, torch.device('cpu')).tolist() == [1.5]
+
+def test_warming_compiles_launches_from_any_thread_and_runs_none(monkeypatch):
+    """Under `_warming` (`warm_step`'s dry step), a launch from this thread or another (autograd runs a GPU's backward on a thread
+    of its own) sends its kernel's compile (`warmup`, then the launcher's `_init_handles`) to the pool and runs nothing; leaving
+    waits for every compile; after it, launches run. A Triton kernel's interface stands in for one (no GPU here)"""
+    import threading, time
+    from types import SimpleNamespace
+    import fastai_gpu_tabular.model as M
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0); monkeypatch.setattr(torch.cuda, 'set_device', lambda d: None)
+    class Kernel:
+        def __init__(self): self.ran, self.compiled, self.device_caches = [], [], {}
+        def __getitem__(self, grid): return lambda *a, **k: self.ran.append((grid, a, k))
+        def warmup(self, *a, grid, **k):
+            time.sleep(0.05)  # a compile takes time: leaving must wait for it
+            self.compiled.append((grid, a, k))
+            return SimpleNamespace(_init_handles=lambda: self.compiled.append('handles'))
+    k = Kernel()
+    with M._warming() as fs:
+        M._launch(k, (1,), 'x', C=2)
+        t = threading.Thread(target=M._launch, args=(k, (2,), 'y')); t.start(); t.join()
+    assert k.ran == [] and len(fs) == 2 and all(f.done() for f in fs)
+    assert sorted(c for c in k.compiled if c != 'handles') == [((1,), ('x',), {'C': 2}), ((2,), ('y',), {})]
+    assert k.compiled.count('handles') == 2 and M._warm_fs is None
+    M._launch(k, (3,), 'z')
+    assert k.ran == [((3,), ('z',), {})]
+
+def test_warm_step_leaves_a_cpu_learner_alone(to):
+    "`warm_step` compiles a GPU's kernels: a learner on the CPU is left as it is (False)"
+    from fastai_gpu_tabular.graph import warm_step
+    learn = tabular_learner(to.dataloaders(bs=256), layers=[8], config=dict(sparse=True),
+                            opt_func=partial(O.SparseEmbedOpt, opt_func=O.ForeachLamb, rule='rowwise-adagrad'))
+    learn.create_opt(); b = next(iter(learn.dls.train)); learn.xb, learn.yb = b[:2], b[2:]
+    before = {k: v.clone() for k, v in learn.model.state_dict().items()}
+    assert warm_step(learn, b) is False
+    assert all(torch.equal(v, learn.model.state_dict()[k]) for k, v in before.items())
