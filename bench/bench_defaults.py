@@ -35,7 +35,7 @@ if __name__ == '__main__':
                              train_rows_s=round(m['train_rows_s'] or 0), auc=m.get('roc_auc_score'), accuracy=m.get('accuracy'),
                              params=m.get('model', {}).get('params'), emb_opt=m.get('emb_opt'), precision=m.get('precision'),
                              cuda_graph=m.get('cuda_graph', m.get('cuda_graph_replays') is not None), lr=m.get('lr'),
-                             defaults=m.get('defaults'), phases={k: round(v, 2) for k, v in r['phases'].items()}))
+                             defaults=m.get('defaults'), phases={k: round(v, 2) for k, v in r['phases'].items()}, package=r['package']))
             print(json.dumps(rows[-1]), flush=True)
     first = lambda cfg, v='this': next((r for r in rows if r['config'] == cfg and r['version'] == v), None)
     for r in rows:

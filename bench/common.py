@@ -29,9 +29,14 @@ def package_hash():
     """sha1 (12 hex digits) of the imported fastai_gpu_tabular's .py files: which code ran where the git history is stale (the
     device machine's copy) or a `BASE` package was imported. A commit's: `git archive C fastai_gpu_tabular | tar -x -C D`, then
     outside the repository `PYTHONPATH=D:<repo>/bench python -c 'from common import package_hash; print(package_hash())'`"""
-    import hashlib, fastai_gpu_tabular
+    import fastai_gpu_tabular
+    return folder_hash(Path(fastai_gpu_tabular.__file__).parent)
+
+def folder_hash(pkg:Path)->str:
+    "`package_hash` of the package folder `pkg`"
+    import hashlib
     h = hashlib.sha1()
-    for f in sorted(Path(fastai_gpu_tabular.__file__).parent.glob('*.py')): h.update(f.read_bytes())
+    for f in sorted(Path(pkg).glob('*.py')): h.update(f.read_bytes())
     return h.hexdigest()[:12]
 
 def report(name, rows, cols, meta):
@@ -99,5 +104,6 @@ def run(root, data, flags):
     w = json.loads(line('FGT_WALL'))
     if not Path(w['file']).resolve().is_relative_to(Path(root).resolve()): sys.exit(f"ran {w['file']}, not the package in {root}")
     m = json.loads((Path(out)/'metrics.json').read_text()); shutil.rmtree(out, ignore_errors=True)
-    return dict(wall=end-t, start=w['start']-t, imports=w['imported']-w['start'], main=w['returned']-w['imported'],
+    return dict(package=folder_hash(Path(w['file']).parent),  # the code this process ran (a results file's `package`: the importer's)
+                wall=end-t, start=w['start']-t, imports=w['imported']-w['start'], main=w['returned']-w['imported'],
                 exit=end-w['returned'], phases=m['phases_s'], auc=m.get('roc_auc_score'), train_rows_s=m.get('train_rows_s'), metrics=m)
