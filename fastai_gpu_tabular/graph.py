@@ -108,7 +108,7 @@ def warm_step(learn, ins)->bool:
     if not (num_distrib() <= 1 and ps and isinstance(opt, (SparseEmbedOpt, ForeachLamb)) and isinstance(dense, ForeachLamb)
             and dense.fused is not False and all(p.is_cuda and p.dtype == torch.float32 and p.is_contiguous() and p.data_ptr() % 16 == 0
                                                  for p in ps)): return False
-    dev,opts = ps[0].device,[o for o in (opt, getattr(opt, 'dense', None)) if o is not None]  # `SparseEmbedOpt`'s dense one too
+    dev,opts = ps[0].device,[opt] + ([dense] if dense is not opt else [])  # `SparseEmbedOpt`'s dense one too
     saved = ([b.clone() for b in bufs],[p.grad for p in ps],torch.cuda.get_rng_state(dev),torch.get_rng_state(),
              [{p: s.get('step') for p,s in o.state.items()} for o in opts])
     batches = [ins] + ([[x.clone() for x in ins]] if any(x.data_ptr() % 16 for x in ins) else [])  # a capture's inputs: aligned

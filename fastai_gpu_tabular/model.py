@@ -63,19 +63,17 @@ def per_target_range(model, y_range):
     return model
 
 # %% ../nbs/04b_model.ipynb #af04dce7
-def _track(bn:nn.BatchNorm1d, mean:Tensor, var:Tensor, n:int):
-    "Move `bn`'s running statistics as torch's BatchNorm does, by a batch of `n` rows' `mean` and (biased) `var`"
-    with torch.no_grad():
-        bn.running_mean.lerp_(mean.to(bn.running_mean.dtype), bn.momentum)
-        bn.running_var.lerp_((var*(n/(n-1))).to(bn.running_var.dtype), bn.momentum)
-        bn.num_batches_tracked.add_(1)
-
 class FastBatchNorm1d(nn.BatchNorm1d):
     "`nn.BatchNorm1d` over few channels, trained with one `var_mean` reduction instead of cuDNN's many-channel kernels"
     def forward(self, x):
         if not (self.training and x.dim()==2 and x.shape[0] > 1 and self.momentum is not None): return super().forward(x)
         var,mean = torch.var_mean(x, 0, correction=0)
-        if self.track_running_stats: _track(self, mean, var, x.shape[0])
+        if self.track_running_stats:  # as torch's BatchNorm moves them
+            with torch.no_grad():
+                n = x.shape[0]
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+                self.running_var.lerp_((var*(n/(n-1))).to(self.running_var.dtype), self.momentum)
+                self.num_batches_tracked.add_(1)
         scale = torch.rsqrt(var+self.eps)
         if self.affine: return (x-mean)*(scale*self.weight) + self.bias
         return (x-mean)*scale
@@ -472,8 +470,8 @@ class _ReluBatchNorm(torch.autograd.Function):
     (Triton: 7 kernels where the torch ops between the passes were ~34); the running statistics moved as torch moves them"""
     @staticmethod
     def forward(ctx, x, weight, bias, bn):
-        co = _relu_bn_coefs(_relu_bn_pass(x, None, None), x, weight, bias, None, bn)  # sums about relu(x[0]): no digits lost
-        bn.num_batches_tracked.add_(1)  # where the mean is far from 0
+        co = _relu_bn_coefs(_relu_bn_pass(x, None, None), x, weight, bias, None, bn)  # sums about relu(x[0]): no digits lost where
+        bn.num_batches_tracked.add_(1)  # the mean is far from 0; the kernel moved the running mean and variance, the count here
         ctx.save_for_backward(x, weight, co[:2])
         return _relu_bn_apply(x, None, co[2], None, co[3])
 

@@ -8,7 +8,7 @@ one after the other and on `--threads` threads at once: what a pool could make o
 
 (A script that ends by `os._exit`, as `fgt-train` does, prints only the lines of each compile as it happens.)"""
 import atexit, os, runpy, sys, tempfile, time, threading, traceback
-import triton.compiler as TC, triton.compiler.compiler as CC
+import triton, triton.compiler as TC, triton.compiler.compiler as CC
 
 calls, lock, orig = [], threading.Lock(), CC.compile
 
@@ -51,7 +51,6 @@ def summary():
     print(f"TRITON again into empty caches: one after the other {one:.2f} s, {THREADS} threads {many:.2f} s ({one/many:.2f}x)",
           file=sys.stderr)
 
-import triton
 THREADS = 0
 if __name__ == '__main__':
     args = sys.argv[1:]
