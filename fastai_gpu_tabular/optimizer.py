@@ -16,9 +16,9 @@ from .comm import distributed, gather_rows, all_gather_cat, rank_world
 from .model import storage_view, _consecutive, _launch, triton, tl  # Triton, where installed (else None)
 
 # %% auto #0
-__all__ = ['SPARSE_RULES', 'SUMS_CHUNK', 'SUMS_WARPS', 'CARRY_CHUNKS', 'GraphUnfit', 'StepValues', 'capturing', 'captured_values',
-           'counted', 'device_values', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined', 'table_grad',
-           'adagrad_rows', 'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
+__all__ = ['SPARSE_RULES', 'SUMS_CHUNK', 'SUMS_WARPS', 'CARRY_CHUNKS', 'CARRY_RUN', 'GraphUnfit', 'StepValues', 'capturing',
+           'captured_values', 'counted', 'device_values', 'ForeachLamb', 'ExcludeEmbeddings', 'row_groups', 'joined',
+           'table_grad', 'adagrad_rows', 'rowwise_adagrad_rows', 'lazy_adam_rows', 'SparseEmbedOpt', 'large_batch_lr']
 
 # %% ../nbs/06_optimizer.ipynb #34333102
 if triton is not None:
@@ -350,10 +350,10 @@ if triton is not None:
             tl.store(pt + (2*j + 1)*d + c[None, :] + 0*k[:, None], acc, mask=(last & (ends == 0))[:, None] & cm)
 
     @triton.jit
-    def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr, P:tl.constexpr):
+    def _carry_kernel(SEG, META, C:tl.constexpr, BD:tl.constexpr, P:tl.constexpr, Q:tl.constexpr):
         """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums. `P` chunks a
-        program, at once where the row ends in the next chunk (most such rows); a row over more chunks adds them `P` at a time (a hot
-        row's chunks one by one were a chain of ~200 loads: 0.36 ms of a 2.5 ms step)"""
+        program, at once where the row ends in the next chunk (most such rows); a row over more chunks adds them `Q` at a time (a hot
+        row's chunks one by one were a chain of ~200 loads: 0.36 ms of a 2.5 ms step; 8 at a time, ~130 loads a 3-id column's row)"""
         m = META + tl.program_id(1)*6
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         g_,pt = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
@@ -364,7 +364,7 @@ if triton is not None:
         go = jm & (tl.load(SEG + e0 + pe + 1, mask=jm & (pe + 1 < n), other=-2) == s)  # the row goes on in the next chunk
         go = go & ((tl.load(SEG + e0 + js*C, mask=jm, other=-2) != s) | (tl.load(SEG + e0 + js*C - 1, mask=jm & (js > 0), other=-1) != s))
         if tl.sum(go.to(tl.int32), 0) > 0:  # and began here
-            c,p,r0 = tl.arange(0, BD),tl.arange(0, P),tl.load(SEG + e0)
+            c,r0 = tl.arange(0, BD),tl.load(SEG + e0)
             cm = (c < d)[None, :]
             pe2 = tl.minimum(js*C + 2*C, n) - 1  # the next chunk's last place
             more = go & (tl.load(SEG + e0 + pe2 + 1, mask=go & (pe2 + 1 < n), other=-2) == s)  # the row goes on past it
@@ -382,15 +382,16 @@ if triton is not None:
                         g1 = g1 & ((tl.load(SEG + e0 + j*C) != s1) | (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) != s1))
                         if g1:
                             a1,q = tl.load(pt + (2*j + 1)*d + c, mask=c < d, other=0.),j + 1
-                            while g1:  # the next `P` chunks: those that begin in the row (a chunk's first slot holds its part)
-                                qs = q + p
+                            while g1:  # the next `Q` chunks: those that begin in the row (a chunk's first slot holds its part)
+                                qs = q + tl.arange(0, Q)
                                 qm = (qs*C < n) & (tl.load(SEG + e0 + qs*C, mask=qs*C < n, other=-1) == s1)
                                 a1 += tl.sum(tl.load(pt + 2*qs[:, None]*d + c[None, :], mask=qm[:, None] & cm, other=0.), 0)
-                                g1,q = tl.sum(qm.to(tl.int32), 0) == P,q + P
+                                g1,q = tl.sum(qm.to(tl.int32), 0) == Q,q + Q
                             tl.store(g_ + (s1 - r0)*d + c, a1, mask=c < d)
 
 SUMS_CHUNK,SUMS_WARPS,CARRY_CHUNKS = 32,1,8  # lookups and warps a program of `_sums_kernel` (one H100, 2.56M Zipf lookups: 0.75 ms at
 # width 128, 2.7x 64 lookups in 4 warps); chunks a program of `_carry_kernel`
+CARRY_RUN = 4096  # values a step of `_carry_kernel`'s loop over a long row adds: its chunks' partial sums, `CARRY_RUN // width` at a time
 
 def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     """Each width's gradients `vals` summed by touched row, from the lookups of every width sorted once (`seg`: each sorted
@@ -404,7 +405,8 @@ def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
                  torch.int64, seg.device)
     grid = (max(nc), len(vals))
     _launch(_sums_kernel, grid, perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))), num_warps=SUMS_WARPS)
-    _launch(_carry_kernel, (-(-max(nc)//CARRY_CHUNKS), len(vals)), seg, meta, C=C, BD=triton.next_power_of_2(max(ds)), P=CARRY_CHUNKS)
+    bd = triton.next_power_of_2(max(ds))
+    _launch(_carry_kernel, (-(-max(nc)//CARRY_CHUNKS), len(vals)), seg, meta, C=C, BD=bd, P=CARRY_CHUNKS, Q=max(2, CARRY_RUN//bd))
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 
 def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:

@@ -88,7 +88,7 @@ seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
 e = [0, 457, 587, 588, 3588]
 most = [40, 5, 1, 200]  # the ids each width can hold
 b = _sums_torch(seg, perm, e, vals, most)
-for O.CARRY_CHUNKS in (32, 2):  # 2: a hot row's chunks added over several blocks of chunks
+for O.CARRY_CHUNKS, O.CARRY_RUN in ((32, 4096), (2, 8)):  # 2 and 8: a hot row's chunks added over several programs and steps
     for x, y, i in zip(_sums_fused(seg, perm, e, vals, most), b, ids):
         n = len(torch.unique(i))
         torch.testing.assert_close(x[:n], y[:n], rtol=1e-5, atol=1e-5)

@@ -1,6 +1,7 @@
 """`_sums_kernel` and `_carry_kernel` (`SparseEmbedOpt`'s gradients summed by row) alone, over their shapes: lookups a program (C),
-column tile (CB), warps, chunks a carry program (P), on 65,536 rows x 39 columns of Zipf ids (1.2: a row of ~12,000 lookups;
-2.0), widths 16 and 128, beside torch's `embedding_dense_backward`; the largest difference from it. One GPU.
+column tile (CB), warps, chunks a carry program (P) and a step of its loop over a long row (Q), on 65,536 rows x 39 columns of
+Zipf ids (1.2: a row of ~12,000 lookups; 2.0; 'criteo': 1.2 with 3 columns of 3 ids, rows of ~22,000 lookups as synth-criteo's
+smallest columns), widths 16 and 128, beside torch's `embedding_dense_backward`; the largest difference from it. One GPU.
 
     python bench/profiles/sums_kernels.py | tee bench/results/sums_kernels_<card>.log"""
 import torch, numpy as np, triton
@@ -11,8 +12,9 @@ def tm(f, n=20):
     for _ in range(n): f()
     e[1].record(); torch.cuda.synchronize(); return e[0].elapsed_time(e[1])/n
 bs, k, vocab = 65536, 39, 200_000
-for zs in (1.2, 2.0):
-    z = torch.from_numpy(np.random.default_rng(0).zipf(zs, (bs, k)) % vocab)
+for zs in (1.2, 2.0, 'criteo'):
+    z = torch.from_numpy(np.random.default_rng(0).zipf(1.2 if zs == 'criteo' else zs, (bs, k)) % vocab)
+    if zs == 'criteo': z[:, :3] %= 3
     ids = (z + torch.arange(k)*vocab).view(-1).to(dev)
     srt, perm = torch.sort(ids.int()); seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
     nu = int(seg[-1]) + 1; n = len(ids)
@@ -30,7 +32,8 @@ for zs in (1.2, 2.0):
                     try: ts = tm(lambda: O._sums_kernel[(nc, 1)](perm, seg, meta, C=C, CB=CB, num_warps=w))
                     except Exception as ex: out.append(f'CB{CB} w{w} failed'); continue
                     out.append(f'CB{CB} w{w} {ts:.3f}')
-            tc = [f'P{P} {tm(lambda: O._carry_kernel[(-(-nc//P), 1)](seg, meta, C=C, BD=triton.next_power_of_2(d), P=P)):.3f}' for P in (8, 32)]
+            tc = [f'P{P} Q{Q} {tm(lambda: O._carry_kernel[(-(-nc//P), 1)](seg, meta, C=C, BD=triton.next_power_of_2(d), P=P, Q=Q)):.3f}'
+                  for P in (8, 32) for Q in sorted({P, max(2, O.CARRY_RUN//triton.next_power_of_2(d))})]
             err = (gs.view(n, d)[:nu] - ref[:nu]).abs().max().item()
             print(f'width {d} C {C}: sums {", ".join(out)} | carry {", ".join(tc)} ms | err {err:.1e}', flush=True)
         print(f'width {d}: torch embedding_dense_backward {tm(lambda: O._sums_torch(seg, perm, [0, n], [v], [n])):.3f} ms', flush=True)
