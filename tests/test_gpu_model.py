@@ -32,7 +32,10 @@ def test_equals_fastai_model_fp32(train):
         xc, xn = batch()
         set_seed(step); ya = a(xc, xn)
         set_seed(step); yb = b(xc, xn)
-        torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-5)
+        # the outputs of the first step within 1e-5; later ones drift with the weights (below): 9.8e-5 apart at a later step on one H100
+        # (281 of 8,192 outputs over 1e-5, session 52)
+        torch.testing.assert_close(yb, ya, rtol=1e-4 if step == 0 else 1e-3, atol=1e-5 if step == 0 else 3e-4,
+                                   msg=lambda m: f'step {step}: {m}')
         torch.nn.functional.cross_entropy(ya, xc[:, 2] % 2).backward(); torch.nn.functional.cross_entropy(yb, xc[:, 2] % 2).backward()
         for (n, p), q in zip(a.named_parameters(), b.parameters()):  # the default message says where and by how much
             # the two models' matmuls sum in other orders: at atol 1e-6 the fourth step's embedding gradients failed twice on an H200

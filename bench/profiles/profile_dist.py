@@ -193,23 +193,27 @@ for e in EVENTS: setattr(Marks, e, (lambda e: lambda self: self._mark(e))(e))
 
 FIT_EVENTS = {'before_fit', 'before_epoch', 'before_train', 'after_train', 'before_validate', 'after_validate', 'after_epoch', 'after_fit'}
 FIT_LOG = []  # (event, callback, host start, host end) of each callback's call at the fit's events outside its batches
-_cb_call = Callback.__call__
-def _timed_call(self, event_name):
-    if event_name not in FIT_EVENTS: return _cb_call(self, event_name)
-    t0, name = time.perf_counter(), f'{type(self).__name__}.{event_name}'
-    if name in a.cprofile:
-        import cProfile; cp = cProfile.Profile(); cp.enable()
-    try: return _cb_call(self, event_name)
-    finally:
-        FIT_LOG.append((event_name, type(self).__name__, t0, time.perf_counter()))
-        if name in a.cprofile: cp.disable(); cprofile_report(cp, name)
+def _timed_event(call):
+    "`call(cb, event_name, *rest)` with its host interval in `FIT_LOG` at the fit's events (and cProfiled where `--cprofile` names it)"
+    def timed(self, event_name, *rest):
+        if event_name not in FIT_EVENTS: return call(self, event_name, *rest)
+        t0, name = time.perf_counter(), f'{type(self).__name__}.{event_name}'
+        if name in a.cprofile:
+            import cProfile; cp = cProfile.Profile(); cp.enable()
+        try: return call(self, event_name, *rest)
+        finally:
+            FIT_LOG.append((event_name, type(self).__name__, t0, time.perf_counter()))
+            if name in a.cprofile: cp.disable(); cprofile_report(cp, name)
+    return timed
 
 def cprofile_report(cp, name):
     "`name`'s call by cumulative time: `<name>_<r>_of<w>.txt` in `--log`"
     import io, pstats
     s, (r, w) = io.StringIO(), rank_world(); pstats.Stats(cp, stream=s).sort_stats('cumulative').print_stats(40)
     log = Path(a.log); log.mkdir(parents=True, exist_ok=True); (log / f'{name}_{r}_of{w}.txt').write_text(s.getvalue())
-Callback.__call__ = _timed_call
+import fastai_gpu_tabular.learner as L
+# the learner calls a plain callback's handler directly (`learner._call_cb`), others through `Callback.__call__`: both timed
+Callback.__call__, L._call_cb = _timed_event(Callback.__call__), _timed_event(L._call_cb)
 
 def fit_report(t_in, t_out, wall0):
     """What `fgt-train`'s `fit` phase holds outside its batches, on this rank (`events<r>_of<w>.json`, a printed line): the setup
