@@ -336,6 +336,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                       'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._backward': ('graph.html#_backward', 'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._capture': ('graph.html#_capture', 'fastai_gpu_tabular/graph.py'),
+                                          'fastai_gpu_tabular.graph._flat': ('graph.html#_flat', 'fastai_gpu_tabular/graph.py'),
+                                          'fastai_gpu_tabular.graph._like': ('graph.html#_like', 'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph._uncached_autocast': ( 'graph.html#_uncached_autocast',
                                                                                            'fastai_gpu_tabular/graph.py'),
                                           'fastai_gpu_tabular.graph.step_unfit': ('graph.html#step_unfit', 'fastai_gpu_tabular/graph.py'),

@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel
 from fastai.callback.fp16 import MixedPrecision, AMPMode
 from .optimizer import ForeachLamb, SparseEmbedOpt, StepValues, GraphUnfit, captured_values
 from .model import _warming
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 # %% auto #0
 __all__ = ['step_unfit', 'warm_step', 'CudaGraph']
@@ -97,6 +98,14 @@ def step_unfit(learn)->str|None:
     if cbs := [f"{type(cb).__name__} ({', '.join(e)})" for cb in learn.cbs if (e := _acts_in_step(cb))]:
         return f"callbacks act inside the step: {'; '.join(cbs)}"
 
+def _flat(xs)->list:
+    "The tensors of `xs`, its tuples spread out (a padded multi-hot batch's codes and lengths a column): those a capture copies in"
+    return tree_flatten(list(xs))[0]
+
+def _like(xs, flat)->list:
+    "`flat` in the structure of `xs` (`_flat`'s inverse)"
+    return tree_unflatten(list(flat), tree_flatten(list(xs))[1])
+
 def warm_step(learn, ins)->bool:
     """The Triton kernels of `learn`'s training step on batches like `ins` (inputs, then targets) compiled at once on threads before
     the step first runs: the step run once with its launches compiled, not run (`model._warming`), and what else it changed put back (the
@@ -111,7 +120,8 @@ def warm_step(learn, ins)->bool:
     dev,opts = ps[0].device,[opt] + ([dense] if dense is not opt else [])  # `SparseEmbedOpt`'s dense one too
     saved = ([b.clone() for b in bufs],[p.grad for p in ps],torch.cuda.get_rng_state(dev),torch.get_rng_state(),
              [{p: s.get('step') for p,s in o.state.items()} for o in opts])
-    batches = [ins] + ([[x.clone() for x in ins]] if any(x.data_ptr() % 16 for x in ins) else [])  # a capture's inputs: aligned
+    flat = _flat(ins)
+    batches = [ins] + ([_like(ins, [x.clone() for x in flat])] if any(x.data_ptr() % 16 for x in flat) else [])  # a capture's: aligned
     try:
         with _warming():
             for xs in batches:
@@ -136,13 +146,14 @@ class _Step:
     (`StepValues`: the scheduler's hyper-parameters and the step counts, sent before each replay in one copy)"""
     def __init__(self, learn, ins):
         m,opt,nx = learn.model,learn.opt,len(learn.xb)
-        self.ins,self.values,self.g = [x.clone() for x in ins],StepValues(ins[0].device),torch.cuda.CUDAGraph()
+        self.ins = [x.clone() for x in _flat(ins)]
+        self.values,self.g,xs = StepValues(self.ins[0].device),torch.cuda.CUDAGraph(),_like(ins, self.ins)
         dense = [(p, p.grad) for p in m.parameters() if p.grad is not None and not p.grad.is_sparse]
         def step():
             with _uncached_autocast():
-                learn.pred = m(*self.ins[:nx]); learn('after_pred')  # `MixedPrecision`'s cast to float32, say
+                learn.pred = m(*xs[:nx]); learn('after_pred')  # `MixedPrecision`'s cast to float32, say
                 pred = learn.pred
-                loss_grad = learn.loss_func(pred, *self.ins[nx:])
+                loss_grad = learn.loss_func(pred, *xs[nx:])
                 loss = loss_grad.clone()
             with torch.autocast('cuda', enabled=False):
                 loss_grad.backward(); opt.step(); opt.zero_grad()
@@ -153,7 +164,7 @@ class _Step:
         self.g.replay()
 
     def replay(self, ins):
-        "The step on `ins`: copied into the static inputs, the step's host values sent, the graph replayed"
+        "The step on `ins` (`_flat`): copied into the static inputs, the step's host values sent, the graph replayed"
         for s,x in zip(self.ins, ins): s.copy_(x, non_blocking=True)
         self.values.write()
         self.g.replay()
@@ -209,15 +220,16 @@ class CudaGraph(Callback):
         "fastai's `_do_one_batch`: a training batch of a captured shape replays its whole step, else the step runs as fastai's"
         learn = self.learn
         ins = (*learn.xb, *learn.yb)
-        if not (learn.training and len(learn.yb) and torch.is_grad_enabled() and all(isinstance(x, Tensor) and x.is_cuda for x in ins)):
+        flat = _flat(ins)  # a padded multi-hot batch's tuple too (its sizes fixed: `mh_width`); (values, offsets) change each batch
+        if not (learn.training and len(learn.yb) and torch.is_grad_enabled() and all(isinstance(x, Tensor) and x.is_cuda for x in flat)):
             return type(learn)._do_one_batch(learn)
-        k = self._key(ins)
+        k = self._key(flat)
         if (c := self.graphs.get(k)) is None:
             if not self.seen and self.warm: warm_step(learn, ins)  # the fit's first batch
             self.seen[k] += 1
             if self.seen[k] <= self.warmup or len(self.graphs) >= self.max_graphs or not (c := self._capture_step(k, ins)):
                 return type(learn)._do_one_batch(learn)
-        else: c.replay(ins)
+        else: c.replay(flat)
         self.replays += 1
         learn.pred,learn.loss_grad,learn.loss = c.pred,c.loss_grad,c.loss  # the graph's outputs: the next replay overwrites them
         learn('after_pred'); learn('after_loss')  # `MixedPrecision` leaves autocast there; fastai's events in fastai's order

@@ -158,3 +158,21 @@ def test_warm_step_compiles_the_step_at_once_and_changes_nothing(to, opt):
     torch.testing.assert_close(torch.tensor(w.recorder.values), torch.tensor(c.recorder.values), rtol=1e-5, atol=1e-6)
     for o, p in ((w.opt, c.opt), (getattr(w.opt, 'dense', None), getattr(c.opt, 'dense', None))):
         if o is not None: assert [s.get('step') for s in o.state.values()] == [s.get('step') for s in p.state.values()]
+
+def test_padded_multi_hot_fit_is_graphed_and_equals_fastais():
+    """A multi-hot column in the padded layout (`mh_width`: its codes and lengths a batch, sizes fixed) goes through the whole
+    step's graph as the other inputs: replayed, and the fit equal to fastai's eager one ((values, offsets) change shape each batch:
+    those run as fastai's)"""
+    from fastai_gpu_tabular.data import synth_movielens, synth_tabular
+    to = synth_tabular(synth_movielens(60_000, n_users=2_000, n_items=500, gpu=True), mh=True)
+    def fit(cbs):
+        set_seed(0)
+        learn = tabular_learner(to.dataloaders(bs=2048, seed=0, mh_width='max'), layers=[64, 32], opt_func=OPTS['lamb'], cbs=cbs)
+        learn.to_bf16()
+        with learn.no_bar(): learn.fit_one_cycle(2, 1e-2)
+        return learn
+    cb = CudaGraph()
+    g, e = fit([cb]), fit([])
+    assert len(g.model.bags) == 1 and g.dls.one_batch()[2][0][0].dim() == 2
+    assert cb.why is None and cb.captures == 1 and cb.replays >= 2*len(g.dls.train) - 4, (cb.why, cb.captures, cb.replays)
+    assert_same_fit(g, e)
