@@ -403,9 +403,8 @@ def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     pt = torch.empty(sum(2*c*d for c,d in zip(nc, ds)), device=seg.device).split([2*c*d for c,d in zip(nc, ds)])
     meta = _sent([x for k,v in enumerate(vals) for x in (e[k], len(v), ds[k], v.data_ptr(), gs[k].data_ptr(), pt[k].data_ptr())],
                  torch.int64, seg.device)
-    grid = (max(nc), len(vals))
-    _launch(_sums_kernel, grid, perm, seg, meta, C=C, CB=min(64, triton.next_power_of_2(max(ds))), num_warps=SUMS_WARPS)
-    bd = triton.next_power_of_2(max(ds))
+    grid,bd = (max(nc), len(vals)),triton.next_power_of_2(max(ds))
+    _launch(_sums_kernel, grid, perm, seg, meta, C=C, CB=min(64, bd), num_warps=SUMS_WARPS)
     _launch(_carry_kernel, (-(-max(nc)//CARRY_CHUNKS), len(vals)), seg, meta, C=C, BD=bd, P=CARRY_CHUNKS, Q=max(2, CARRY_RUN//bd))
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 
