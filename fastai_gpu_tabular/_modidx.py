@@ -658,6 +658,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                             'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer._sums_torch': ( 'optimizer.html#_sums_torch',
                                                                                             'fastai_gpu_tabular/optimizer.py'),
+                                              'fastai_gpu_tabular.optimizer._table_values': ( 'optimizer.html#_table_values',
+                                                                                              'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.adagrad_rows': ( 'optimizer.html#adagrad_rows',
                                                                                              'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer.captured_values': ( 'optimizer.html#captured_values',

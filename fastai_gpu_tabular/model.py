@@ -277,7 +277,7 @@ _joint_flag = False  # inside `_joint_only`
 def _joint_only():
     """Within (a CUDA graph's capture of the whole step, where nothing between the backward and the optimizer's step can read a
     gradient): the row-sparse tables' gradients reach `SparseEmbedOpt` as `_BlockCols` in their joint only, not copied to float32,
-    and each table's own `grad` holds its rows with zeros (`_sums_fused` reads the block)"""
+    and each table's own `grad` holds its rows with zeros, its columns of the block in `_block` (`_sums_fused` reads the block)"""
     global _joint_flag
     old,_joint_flag = _joint_flag,True
     try: yield
@@ -326,10 +326,11 @@ class _TableBlock(torch.autograd.Function):
             codes = _codes(idx, cols, offs).long()
             ids = (codes + offs[0]).view(-1)  # the lookups' rows of the width's tensor, in the order of `vals`
             joint = (tuple(id(ctx.tabs[i]) for i in cols), ids, vals)  # for `SparseEmbedOpt`: the width's gradient as one tensor
-            for i,ci,vi in zip(cols, codes.t().unsqueeze(1).unbind(0), each.unbind(1)):  # each table's: views
+            for j,(i,ci,vi) in enumerate(zip(cols, codes.t().unsqueeze(1).unbind(0), each.unbind(1))):  # each table's: views
                 if not ctx.needs_input_grad[5+i]: continue  # row-sparse, uncoalesced, set (or added) here: autograd's accumulation
                 t,gi = ctx.tabs[i],torch.sparse_coo_tensor(ci, vi, ctx.tabs[i].shape,  # would copy it (unless nothing else can reach it)
                                                            check_invariants=False)  # codes in range: no check (nor torch's warning)
+                if isinstance(vals, _BlockCols): gi._block = (g, vals.a + j*d, d)  # where its values are
                 if t.grad is None: gi._joint,t.grad = joint,gi
                 else: t.grad = t.grad + gi
         grads = [None]*len(ctx.tabs)

@@ -13,7 +13,7 @@ from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
 from .comm import distributed, gather_rows, all_gather_cat, rank_world
-from .model import storage_view, _consecutive, _launch, triton, tl, _BlockCols, _fp32_lookups  # Triton, where installed (else None)
+from .model import storage_view, _consecutive, _launch, _cols, triton, tl, _BlockCols, _fp32_lookups  # Triton, where installed (else None)
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'SUMS_CHUNK', 'SUMS_WARPS', 'CARRY_CHUNKS', 'CARRY_RUN', 'GraphUnfit', 'StepValues', 'capturing',
@@ -285,6 +285,10 @@ def joined(ts:list)->Tensor:
     "`torch.cat(ts)`, as a view without a copy where `ts` are contiguous and consecutive in one storage"
     return storage_view(ts[0], (sum(len(t) for t in ts), *ts[0].shape[1:])) if _consecutive(ts) else torch.cat(ts)
 
+def _table_values(g:Tensor)->Tensor:
+    "A table's row-sparse gradient's values: its own, or (`model._joint_only`) its columns of the block in float32"
+    return _cols(*g._block, torch.float32) if hasattr(g, '_block') else g._values()
+
 def table_grad(members:list)->tuple|None:
     """(rows, values) of the row-sparse gradients of `members` (`row_groups`': (table, first row)) as `table_block` made them, one
     tensor each for the width, when `members` are all of one width's tables and hold this backward's gradients; else None"""
@@ -555,9 +559,7 @@ class SparseEmbedOpt(Optimizer):
         ids,vals = [],[]
         for (b,ms),s in zip(groups, starts):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
-            elif any(isinstance(getattr(p.grad, '_joint', (0, 0, 0))[2], _BlockCols) for p,_ in ms):  # their values: zeros
-                raise GraphUnfit("the tables' gradients were left in the block (`_joint_only`) for tables grouped otherwise")
-            else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
+            else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([_table_values(p.grad) for p,_ in ms])
             ids.append(i); vals.append(v if isinstance(v, _BlockCols) else v.to(b.dtype).contiguous())
         if (ex := self._exchange(groups, vals)) == 'whole': return self._whole_rows(ids, [_fp32_lookups(v) for v in vals], starts, groups)
         dist = distributed() and ex != 'local'
