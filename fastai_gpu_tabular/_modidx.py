@@ -545,6 +545,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastai_gpu_tabular.model._relu_bn_pass': ( 'model.html#_relu_bn_pass',
                                                                                       'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._run_layers': ('model.html#_run_layers', 'fastai_gpu_tabular/model.py'),
+                                          'fastai_gpu_tabular.model._spec': ('model.html#_spec', 'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._triton_warm': ( 'model.html#_triton_warm',
                                                                                      'fastai_gpu_tabular/model.py'),
                                           'fastai_gpu_tabular.model._warming': ('model.html#_warming', 'fastai_gpu_tabular/model.py'),

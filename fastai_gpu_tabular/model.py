@@ -171,12 +171,23 @@ def _triton_warm():
         triton_key(); import triton.experimental.gluon
     except Exception: pass  # only time is at stake: the first compile does it then
 
-_warm_fs,_pool = None,None  # the futures of `_warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
+_warm_fs,_pool,_specs = None,None,{}  # `_warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
 
-def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
-    "`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch"
+def _spec(k, args:tuple, kw:dict)->tuple:
+    """About what Triton specializes a launch of `k` on: each tensor's dtype and 16-byte alignment, None, each integer's being 1 or a
+    multiple of 16, the other arguments; where unhashable, the launch alone"""
+    a = lambda o: ((o.dtype, o.data_ptr() % 16 == 0) if isinstance(o, Tensor) else (int(o) == 1, int(o) % 16 == 0)
+                   if isinstance(o, (int, np.integer)) and not isinstance(o, bool) else type(o) if isinstance(o, float) else o)
+    key = (id(k), tuple(map(a, args)), tuple((n, a(v)) for n,v in sorted(kw.items())))
+    try: hash(key); return key
+    except TypeError: return (id(k), object())
+
+def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict, lock:threading.Lock):
+    """`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch.
+    Under `lock`, one a specialization at a time: the layers' second launch of a kernel finds the first's compile in Triton's cache
+    (`fgt-train`'s first step compiled 18 on the pool, five pairs alike in their constants: a layer's launch beside another's)"""
     torch.cuda.set_device(dev)
-    c = k.warmup(*args, grid=grid, **kw)
+    with lock: c = k.warmup(*args, grid=grid, **kw)
     if hasattr(c, '_init_handles'): c._init_handles()
 
 def _launch(k, grid:tuple, *args, **kw):
@@ -187,7 +198,7 @@ def _launch(k, grid:tuple, *args, **kw):
     dev = torch.cuda.current_device()
     try: k.device_caches[dev]  # its binder made here, not by two threads at once
     except Exception: pass
-    fs.append(_pool.submit(_compile, dev, k, grid, args, kw))
+    fs.append(_pool.submit(_compile, dev, k, grid, args, kw, _specs.setdefault(_spec(k, args, kw), threading.Lock())))
 
 @contextmanager
 def _warming():
