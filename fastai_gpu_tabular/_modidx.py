@@ -454,6 +454,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                            'fastai_gpu_tabular.loader.bag_width': ('loader.html#bag_width', 'fastai_gpu_tabular/loader.py'),
                                            'fastai_gpu_tabular.loader.cat_batches': ( 'loader.html#cat_batches',
                                                                                       'fastai_gpu_tabular/loader.py'),
+                                           'fastai_gpu_tabular.loader.cheap_padding': ( 'loader.html#cheap_padding',
+                                                                                        'fastai_gpu_tabular/loader.py'),
                                            'fastai_gpu_tabular.loader.col_tensor': ( 'loader.html#col_tensor',
                                                                                      'fastai_gpu_tabular/loader.py'),
                                            'fastai_gpu_tabular.loader.device_bytes_free': ( 'loader.html#device_bytes_free',

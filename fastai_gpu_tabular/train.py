@@ -21,7 +21,7 @@ from .graph import CudaGraph
 from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_checkpoint
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
-from .loader import device_bytes_free
+from .loader import device_bytes_free, cheap_padding
 from .cli import train_ranks
 from .predict import predict, warn_unseen, predict_cli  # `fgt-predict`'s, from predict.py
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
@@ -389,7 +389,10 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
                     y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
     del df
     bs = ifnone(bs, auto_bs(len(to.train), world))
-    return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
+    dls = to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups)
+    if gpu and cheap_padding(dls.train.tensors().mh):  # multi-hot batches of fixed sizes: the whole step in one CUDA graph
+        for dl in dls.loaders: dl.mh_width = 'max'
+    return dls, to, y_block, groups, bs
 
 # %% ../nbs/08_train.ipynb #afab2bc0
 def without_ddp(world:int, emb_opt:str, sync_bn:bool)->bool:

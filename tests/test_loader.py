@@ -140,3 +140,13 @@ def test_col_tensor_of_a_read_only_pandas_column_warns_nothing():
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
     assert r.returncode == 0 and r.stdout.strip() == '[1, 2] []', r.stdout + r.stderr[-2000:]
+
+def test_multi_hot_padding_is_cheap_for_short_rows_not_a_long_tail():
+    """`cheap_padding`: rows up to 16 codes, or 4x the mean row, pad (fgt-train's default on a GPU, so that `CudaGraph` replays the
+    whole step); a long tail does not"""
+    from fastai_gpu_tabular.loader import cheap_padding
+    rows = lambda ns: (torch.zeros(sum(ns), dtype=torch.long), torch.tensor(np.cumsum([0] + ns)))
+    to = synth_tabular(synth_movielens(2_000, n_users=100, n_items=50, gpu=False), mh=True)
+    assert cheap_padding(to.dataloaders(bs=256, device='cpu').train.tensors().mh)  # genres: a few a film
+    assert cheap_padding({'a': rows([3]*100), 'b': rows([1]*99 + [16])}) and cheap_padding({'a': rows([10]*9 + [40])})
+    assert not cheap_padding({'a': rows([3]*100), 'b': rows([1]*999 + [17])}) and not cheap_padding({})
