@@ -130,10 +130,10 @@ def bag_width(offsets:Tensor)->int:
     "The longest row of a multi-hot column with `offsets` (0 for no rows)"
     return int((offsets[1:]-offsets[:-1]).max()) if len(offsets) > 1 else 0
 
-def cheap_padding(mh:dict, most:int=16, ratio:float=4.)->bool:
-    """Whether multi-hot columns `mh` ({name: (values, offsets)}) padded to their longest row cost little: each longest row within
-    `most` codes or `ratio` times the mean row. Fixed sizes let `CudaGraph` replay the whole step; a long tail would multiply the lookups"""
-    return bool(mh) and all(bag_width(o) <= max(most, ratio*len(v)/max(len(o)-1, 1)) for v,o in mh.values())
+def cheap_padding(longest:int, mean:float, most:int=16, ratio:float=4.)->bool:
+    """Whether padding a multi-hot column to its `longest` row costs little against its `mean` row: within `most` codes or `ratio`
+    times the mean. Fixed sizes let `CudaGraph` replay the whole step; a long tail would multiply the lookups"""
+    return 0 < longest <= max(most, ratio*mean)
 
 def cat_batches(a:tuple, b:tuple)->tuple:
     "Batch `a`'s rows then batch `b`'s, both of one layout: a batch that straddles two chunks of a streamed epoch"
