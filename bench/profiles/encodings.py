@@ -25,6 +25,8 @@ rg = pq.ParquetFile(f).metadata.row_group(0).num_rows
 WAYS = {'snappy, dictionary (the format)': dict(compression='snappy'), 'zstd 1, dictionary': dict(compression='zstd', compression_level=1),
         'zstd 3, dictionary': dict(compression='zstd', compression_level=3), 'lz4, dictionary': dict(compression='lz4'),
         'zstd 1, no dictionary': dict(compression='zstd', compression_level=1, use_dictionary=False),
+        'zstd 1, all BYTE_STREAM_SPLIT': dict(compression='zstd', compression_level=1, use_dictionary=False,
+                                              column_encoding={c: 'BYTE_STREAM_SPLIT' for c in t.column_names}),
         'zstd 1, floats BYTE_STREAM_SPLIT': dict(compression='zstd', compression_level=1, use_dictionary=[c for c in t.column_names if c not in floats],
                                                  column_encoding={c: 'BYTE_STREAM_SPLIT' for c in floats})}
 if a.rewrite:  # every part file that way, its row groups as they were; the folder's other files copied
@@ -47,4 +49,11 @@ with tempfile.TemporaryDirectory() as d:
         rows.append(dict(way=way, bytes_a_row=round(os.path.getsize(fn)/t.num_rows, 2),
                          **{k: round(sum(v for c, v in per.items() if kind(c) == k)/t.num_rows, 2) for k in ('codes', 'conts')}))
         print(rows[-1], flush=True)
+import numpy as np  # the floor of any coder of single values: each column's order-0 entropy (its values' frequencies in the file)
+def _entropy(c):
+    _, n = np.unique(t[c].to_numpy(zero_copy_only=False), return_counts=True); p = n/n.sum(); return float(-(p*np.log2(p)).sum()/8)
+ent = {c: _entropy(c) for c in t.column_names}
+rows.append(dict(way='order-0 entropy (a floor, not a codec)', bytes_a_row=round(sum(ent.values()), 2),
+                 **{k: round(sum(v for c, v in ent.items() if (c in floats) == (k == 'conts')), 2) for k in ('codes', 'conts')}))
+print(rows[-1], flush=True)
 if a.name: report(a.name, rows, ['way', 'bytes_a_row', 'codes', 'conts'], dict(bench='encodings', data=a.data, file=f, rows=t.num_rows))
