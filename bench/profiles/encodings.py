@@ -8,7 +8,7 @@ that way (`--rewrite`: every part file, the same row groups and statistics; `dat
     python bench/bench_defaults.py --data /tmp/crp_zstd --configs defaults -- --epochs 1   # beside the folder itself"""
 import argparse, collections, glob, os, sys, tempfile
 from pathlib import Path
-import pyarrow as pa, pyarrow.parquet as pq
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument('--data', required=True)
 p.add_argument('--name', default=None, help="write the rows to bench/results/NAME.json")
@@ -21,6 +21,7 @@ from common import report
 f = sorted(glob.glob(f'{a.data}/train/*.parquet'))[0]
 t = pq.read_table(f)
 floats = [c for c in t.column_names if pa.types.is_floating(t.schema.field(c).type)]
+kind = lambda c: 'conts' if c in floats else 'codes'
 rg = pq.ParquetFile(f).metadata.row_group(0).num_rows
 WAYS = {'snappy, dictionary (the format)': dict(compression='snappy'), 'zstd 1, dictionary': dict(compression='zstd', compression_level=1),
         'zstd 3, dictionary': dict(compression='zstd', compression_level=3), 'lz4, dictionary': dict(compression='lz4'),
@@ -45,15 +46,14 @@ with tempfile.TemporaryDirectory() as d:
         md, per = pq.ParquetFile(fn).metadata, collections.Counter()
         for g in range(md.num_row_groups):
             for k in range(md.row_group(g).num_columns): c = md.row_group(g).column(k); per[c.path_in_schema] += c.total_compressed_size
-        kind = lambda c: 'conts' if c in floats else 'codes'
         rows.append(dict(way=way, bytes_a_row=round(os.path.getsize(fn)/t.num_rows, 2),
                          **{k: round(sum(v for c, v in per.items() if kind(c) == k)/t.num_rows, 2) for k in ('codes', 'conts')}))
         print(rows[-1], flush=True)
-import numpy as np  # the floor of any coder of single values: each column's order-0 entropy (its values' frequencies in the file)
+# the floor of any coder of single values: each column's order-0 entropy (its values' frequencies in the file)
 def _entropy(c):
     _, n = np.unique(t[c].to_numpy(zero_copy_only=False), return_counts=True); p = n/n.sum(); return float(-(p*np.log2(p)).sum()/8)
 ent = {c: _entropy(c) for c in t.column_names}
 rows.append(dict(way='order-0 entropy (a floor, not a codec)', bytes_a_row=round(sum(ent.values()), 2),
-                 **{k: round(sum(v for c, v in ent.items() if (c in floats) == (k == 'conts')), 2) for k in ('codes', 'conts')}))
+                 **{k: round(sum(v for c, v in ent.items() if kind(c) == k), 2) for k in ('codes', 'conts')}))
 print(rows[-1], flush=True)
 if a.name: report(a.name, rows, ['way', 'bytes_a_row', 'codes', 'conts'], dict(bench='encodings', data=a.data, file=f, rows=t.num_rows))
