@@ -19,7 +19,7 @@ __all__ = ['is_cudf', 'gpu_available', 'df_lib', 'array_lib', 'array_lib_for', '
            'shrink_types', 'float32_exact', 'exact_types', 'shrink', 'device_tensor', 'array_tensor', 'fill_nulls',
            'nan_tensor', 'like_series', 'tensor_array', 'num_tensor', 'host_ints', 'set_columns', 'value_key',
            'sorted_uniques', 'cat_codes', 'as_kind', 'value_counts', 'first_mode', 'explode_elements', 'cum_offsets',
-           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_values_offsets']
+           'explode_rows', 'list_column', 'is_list_column', 'list_total', 'list_longest', 'list_values_offsets']
 
 # %% ../nbs/00_backend.ipynb #8bc0067c
 def is_cudf(o)->bool:
@@ -512,6 +512,11 @@ def is_list_column(s)->bool:
 def list_total(s)->int:
     "Number of elements in list column `s`, all rows together"
     return int(s.list.len().sum()) if is_cudf(s) else int(s.map(len).sum())
+
+def list_longest(s)->int:
+    "The most elements of a row of list column `s` (0 for no rows)"
+    if not len(s): return 0
+    return int(s.list.len().max()) if is_cudf(s) else int(s.map(len).max())
 
 def list_values_offsets(s):
     "(values, offsets) of list column `s`, on its device: row `i` is `values[offsets[i]:offsets[i+1]]`"

@@ -4,12 +4,13 @@
 
 # %% ../nbs/06b_graph.ipynb #a7383d85
 from __future__ import annotations
+import contextlib
 from fastai.torch_basics import *
 from fastai.callback.core import Callback, CancelBackwardException, CancelStepException
 from torch.nn.parallel import DistributedDataParallel
 from fastai.callback.fp16 import MixedPrecision, AMPMode
 from .optimizer import ForeachLamb, SparseEmbedOpt, StepValues, GraphUnfit, captured_values
-from .model import _warming
+from .model import _warming, _joint_only
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 # %% auto #0
@@ -98,6 +99,10 @@ def step_unfit(learn)->str|None:
     if cbs := [f"{type(cb).__name__} ({', '.join(e)})" for cb in learn.cbs if (e := _acts_in_step(cb))]:
         return f"callbacks act inside the step: {'; '.join(cbs)}"
 
+def _in_block(learn):
+    "`model._joint_only` where `learn`'s optimizer is `SparseEmbedOpt` (which reads the tables' gradients in the block), else nothing"
+    return _joint_only() if isinstance(learn.opt, SparseEmbedOpt) else contextlib.nullcontext()
+
 def _flat(xs)->list:
     "The tensors of `xs`, its tuples spread out (a padded multi-hot batch's codes and lengths a column): those a capture copies in"
     return tree_flatten(list(xs))[0]
@@ -123,7 +128,7 @@ def warm_step(learn, ins)->bool:
     flat = _flat(ins)
     batches = [ins] + ([_like(ins, [x.clone() for x in flat])] if any(x.data_ptr() % 16 for x in flat) else [])  # a capture's: aligned
     try:
-        with _warming():
+        with _warming(), _in_block(learn):  # the step's kernels as its capture runs them
             for xs in batches:
                 loss = learn.loss_func(m(*xs[:nx]), *xs[nx:])
                 with torch.autocast('cuda', enabled=False): loss.backward(); opt.step()
@@ -155,7 +160,7 @@ class _Step:
                 pred = learn.pred
                 loss_grad = learn.loss_func(pred, *xs[nx:])
                 loss = loss_grad.clone()
-            with torch.autocast('cuda', enabled=False):
+            with torch.autocast('cuda', enabled=False), _in_block(learn):  # nothing between the backward and the step reads a gradient
                 loss_grad.backward(); opt.step(); opt.zero_grad()
             return pred.detach(),loss_grad.detach(),loss.detach()
         with captured_values(self.values): self.pred,self.loss_grad,self.loss = _capture(self.g, torch.cuda.graph_pool_handle(), step)
@@ -228,7 +233,7 @@ class CudaGraph(Callback):
             if not self.seen and self.warm: warm_step(learn, ins)  # the fit's first batch
             self.seen[k] += 1
             if self.seen[k] <= self.warmup or len(self.graphs) >= self.max_graphs or not (c := self._capture_step(k, ins)):
-                return type(learn)._do_one_batch(learn)
+                with _in_block(learn): return type(learn)._do_one_batch(learn)  # as the graph steps (no callback acts in the step)
         else: c.replay(flat)
         self.replays += 1
         learn.pred,learn.loss_grad,learn.loss = c.pred,c.loss_grad,c.loss  # the graph's outputs: the next replay overwrites them

@@ -16,8 +16,8 @@ from fastai.callback.core import Callback
 
 # %% auto #0
 __all__ = ['MISSING_ID', 'col_tensor', 'extra_tensor', 'device_bytes_free', 'TabTensors', 'share_gpu_memory', 'bag_batch',
-           'bag_batch_padded', 'bag_width', 'cat_batches', 'last_shares', 'ReadTabBatchGPU', 'BatchDataLoader',
-           'SplitExtras']
+           'bag_batch_padded', 'bag_width', 'cheap_padding', 'cat_batches', 'last_shares', 'ReadTabBatchGPU',
+           'BatchDataLoader', 'SplitExtras']
 
 # %% ../nbs/04_loader.ipynb #622d105a
 def col_tensor(s)->Tensor:
@@ -129,6 +129,11 @@ def bag_batch_padded(values:Tensor, offsets:Tensor, idx:Tensor, width:int)->tupl
 def bag_width(offsets:Tensor)->int:
     "The longest row of a multi-hot column with `offsets` (0 for no rows)"
     return int((offsets[1:]-offsets[:-1]).max()) if len(offsets) > 1 else 0
+
+def cheap_padding(longest:int, mean:float, most:int=16, ratio:float=4.)->bool:
+    """Whether padding a multi-hot column to its `longest` row costs little against its `mean` row: within `most` codes or `ratio`
+    times the mean. Fixed sizes let `CudaGraph` replay the whole step; a long tail would multiply the lookups"""
+    return 0 < longest <= max(most, ratio*mean)
 
 def cat_batches(a:tuple, b:tuple)->tuple:
     "Batch `a`'s rows then batch `b`'s, both of one layout: a batch that straddles two chunks of a streamed epoch"

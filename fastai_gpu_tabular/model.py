@@ -171,12 +171,23 @@ def _triton_warm():
         triton_key(); import triton.experimental.gluon
     except Exception: pass  # only time is at stake: the first compile does it then
 
-_warm_fs,_pool = None,None  # the futures of `_warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
+_warm_fs,_pool,_specs = None,None,{}  # `_warming`'s compiles: process-wide (autograd runs a GPU's backward on a thread of its own)
 
-def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict):
-    "`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch"
+def _spec(k, args:tuple, kw:dict)->tuple:
+    """About what Triton specializes a launch of `k` on: each tensor's dtype and 16-byte alignment, None, each integer's being 1 or a
+    multiple of 16, the other arguments; where unhashable, the launch alone"""
+    a = lambda o: ((o.dtype, o.data_ptr() % 16 == 0) if isinstance(o, Tensor) else (int(o) == 1, int(o) % 16 == 0)
+                   if isinstance(o, (int, np.integer)) and not isinstance(o, bool) else type(o) if isinstance(o, float) else o)
+    key = (id(k), tuple(map(a, args)), tuple((n, a(v)) for n,v in sorted(kw.items())))
+    try: hash(key); return key
+    except TypeError: return (id(k), object())
+
+def _compile(dev:int, k, grid:tuple, args:tuple, kw:dict, lock:threading.Lock):
+    """`k`'s compile for `args` on device `dev`, its launcher and module loaded too: what its first launch would do, but the launch.
+    Under `lock`, one a specialization at a time: the layers' second launch of a kernel finds the first's compile in Triton's cache
+    (`fgt-train`'s first step compiled 18 on the pool, five pairs alike in their constants: a layer's launch beside another's)"""
     torch.cuda.set_device(dev)
-    c = k.warmup(*args, grid=grid, **kw)
+    with lock: c = k.warmup(*args, grid=grid, **kw)
     if hasattr(c, '_init_handles'): c._init_handles()
 
 def _launch(k, grid:tuple, *args, **kw):
@@ -187,7 +198,7 @@ def _launch(k, grid:tuple, *args, **kw):
     dev = torch.cuda.current_device()
     try: k.device_caches[dev]  # its binder made here, not by two threads at once
     except Exception: pass
-    fs.append(_pool.submit(_compile, dev, k, grid, args, kw))
+    fs.append(_pool.submit(_compile, dev, k, grid, args, kw, _specs.setdefault(_spec(k, args, kw), threading.Lock())))
 
 @contextmanager
 def _warming():
@@ -260,6 +271,29 @@ def _cols(g:Tensor, a:int, w:int, dtype:torch.dtype)->Tensor:
     _launch(_cols_kernel, (triton.cdiv(len(g), 32), triton.cdiv(w, 128)), g, out, len(g), w, g.stride(0), a, BR=32, BW=128)
     return out
 
+class _BlockCols:
+    "A width's gradients as (lookups, width), left in columns [`a`, `a` + `k`·`d`) of the block's gradient `g`: `k` lookups a row"
+    def __init__(self, g:Tensor, a:int, k:int, d:int): self.g,self.a,self.k,self.d = g,a,k,d
+    def __len__(self): return len(self.g)*self.k
+    shape = property(lambda self: (len(self), self.d))
+    dtype = property(lambda self: self.g.dtype)
+
+def _fp32_lookups(v)->Tensor:
+    "A width's gradients `v` as a (lookups, width) float32 tensor: `v`, or a `_BlockCols`' columns copied out"
+    return _cols(v.g, v.a, v.k*v.d, torch.float32).view(len(v), v.d) if isinstance(v, _BlockCols) else v
+
+_joint_flag = False  # inside `_joint_only`
+
+@contextmanager
+def _joint_only():
+    """Within (a CUDA graph's capture of the whole step, where nothing between the backward and the optimizer's step can read a
+    gradient): the row-sparse tables' gradients reach `SparseEmbedOpt` as `_BlockCols` in their joint only, not copied to float32,
+    and each table's own `grad` holds its rows with zeros, its columns of the block in `_block` (`_sums_fused` reads the block)"""
+    global _joint_flag
+    old,_joint_flag = _joint_flag,True
+    try: yield
+    finally: _joint_flag = old
+
 _offsets = {}  # (device, table shapes): each width's row offsets, columns, block columns, first block columns and rows, on the device
 
 class _TableBlock(torch.autograd.Function):
@@ -291,16 +325,23 @@ class _TableBlock(torch.autograd.Function):
         bs = len(idx)
         for cols,a,d,offs in ctx.runs:  # a width's gradients row by row of the batch, in the tables' dtype: one copy, no transpose
             if not any(ctx.needs_input_grad[5+i] for i in cols): continue
-            vals = _cols(g, int(a), len(cols)*d, ctx.tabs[0].dtype) if isinstance(a, (int, np.integer)) else \
-                   g.index_select(1, a).to(ctx.tabs[0].dtype)
-            vals = vals.contiguous().view(bs*len(cols), d)
+            run = isinstance(a, (int, np.integer))
+            if _joint_flag and run and g.is_cuda and triton is not None and all(ctx.tabs[i].grad is None for i in cols):
+                # the block read where it is (`_joint_only`)
+                vals = _BlockCols(g, int(a), len(cols), d)
+                each = g.new_zeros((), dtype=ctx.tabs[0].dtype).expand(bs, len(cols), d)
+            else:
+                vals = (_cols(g, int(a), len(cols)*d, ctx.tabs[0].dtype) if run else g.index_select(1, a).to(ctx.tabs[0].dtype))
+                vals = vals.contiguous().view(bs*len(cols), d)
+                each = vals.view(bs, len(cols), d)
             codes = _codes(idx, cols, offs).long()
             ids = (codes + offs[0]).view(-1)  # the lookups' rows of the width's tensor, in the order of `vals`
             joint = (tuple(id(ctx.tabs[i]) for i in cols), ids, vals)  # for `SparseEmbedOpt`: the width's gradient as one tensor
-            for i,ci,vi in zip(cols, codes.t().unsqueeze(1).unbind(0), vals.view(bs, len(cols), d).unbind(1)):  # each table's: views
+            for j,(i,ci,vi) in enumerate(zip(cols, codes.t().unsqueeze(1).unbind(0), each.unbind(1))):  # each table's: views
                 if not ctx.needs_input_grad[5+i]: continue  # row-sparse, uncoalesced, set (or added) here: autograd's accumulation
                 t,gi = ctx.tabs[i],torch.sparse_coo_tensor(ci, vi, ctx.tabs[i].shape,  # would copy it (unless nothing else can reach it)
                                                            check_invariants=False)  # codes in range: no check (nor torch's warning)
+                if isinstance(vals, _BlockCols): gi._block = (g, vals.a + j*d, d)  # where its values are
                 if t.grad is None: gi._joint,t.grad = joint,gi
                 else: t.grad = t.grad + gi
         grads = [None]*len(ctx.tabs)

@@ -13,7 +13,7 @@ from fastai.callback.schedule import *
 from fastai.optimizer import debias
 from .recorder import allowed_sync
 from .comm import distributed, gather_rows, all_gather_cat, rank_world
-from .model import storage_view, _consecutive, _launch, triton, tl  # Triton, where installed (else None)
+from .model import storage_view, _consecutive, _launch, _cols, triton, tl, _BlockCols, _fp32_lookups  # Triton, where installed (else None)
 
 # %% auto #0
 __all__ = ['SPARSE_RULES', 'SUMS_CHUNK', 'SUMS_WARPS', 'CARRY_CHUNKS', 'CARRY_RUN', 'GraphUnfit', 'StepValues', 'capturing',
@@ -285,6 +285,10 @@ def joined(ts:list)->Tensor:
     "`torch.cat(ts)`, as a view without a copy where `ts` are contiguous and consecutive in one storage"
     return storage_view(ts[0], (sum(len(t) for t in ts), *ts[0].shape[1:])) if _consecutive(ts) else torch.cat(ts)
 
+def _table_values(g:Tensor)->Tensor:
+    "A table's row-sparse gradient's values: its own, or (`model._joint_only`) its columns of the block in float32"
+    return _cols(*g._block, torch.float32) if hasattr(g, '_block') else g._values()
+
 def table_grad(members:list)->tuple|None:
     """(rows, values) of the row-sparse gradients of `members` (`row_groups`': (table, first row)) as `table_block` made them, one
     tensor each for the width, when `members` are all of one width's tables and hold this backward's gradients; else None"""
@@ -319,13 +323,14 @@ if triton is not None:
         return tl.where(fb != 0, b, a + b),fa | fb
 
     @triton.jit
-    def _sums_kernel(PERM, SEG, META, C:tl.constexpr, CB:tl.constexpr):
+    def _sums_kernel(PERM, SEG, META, V, C:tl.constexpr, CB:tl.constexpr):
         """`C` sorted lookups of one width (program axis 1: its first sorted place, lookups, width, gradients, sums and partial
-        sums in `META`) summed by touched row (`SEG`): a row whose lookups all fall in the chunk is written out; the chunk's
-        first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots"""
-        m = META + tl.program_id(1)*6
-        e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
-        v_,g_ = tl.load(m + 3).to(tl.pointer_type(tl.float32)),tl.load(m + 4).to(tl.pointer_type(tl.float32))
+        sums, lookups a row of the gradients and their row stride in `META`; the gradients in `V`'s type, lookup `i` at row i // K,
+        column (i % K)·width) summed by touched row (`SEG`) in float32: a row whose lookups all fall in the chunk is written out;
+        the chunk's first row, begun before, and its last, going on after, leave their partial sums in the chunk's two slots"""
+        m = META + tl.program_id(1)*8
+        e0,n,d,kk,s0 = tl.load(m),tl.load(m + 1),tl.load(m + 2),tl.load(m + 6),tl.load(m + 7)
+        v_,g_ = tl.load(m + 3).to(V.dtype),tl.load(m + 4).to(tl.pointer_type(tl.float32))
         pt = tl.load(m + 5).to(tl.pointer_type(tl.float32))
         j = tl.program_id(0).to(tl.int64)
         if j*C >= n: return
@@ -338,12 +343,12 @@ if triton is not None:
         last = ends | (im & (k == C - 1))  # a row's last place in the chunk
         first = ((tl.cumsum((new & (k > 0)).to(tl.int32), 0) == 0) & (tl.load(SEG + e0 + j*C - 1, mask=j > 0, other=-1) == \
                  tl.load(SEG + e0 + j*C))) != 0  # the chunk's first row, begun in the chunk before (`!= 0`: the interpreter's bool)
-        r0,src = tl.load(SEG + e0),tl.load(PERM + e0 + i, mask=im, other=e0) - e0
-        f = (new | (k == 0)).to(tl.int32)
+        r0,src = tl.load(SEG + e0),tl.load(PERM + e0 + i, mask=im, other=e0).to(tl.int64) - e0
+        at,f = (src // kk)*s0 + (src % kk)*d,(new | (k == 0)).to(tl.int32)
         for c0 in range(0, d, CB):
             c = c0 + tl.arange(0, CB)
             cm = (c < d)[None, :]
-            v = tl.load(v_ + src[:, None]*d + c[None, :], mask=im[:, None] & cm, other=0.)
+            v = tl.load(v_ + at[:, None] + c[None, :], mask=im[:, None] & cm, other=0.).to(tl.float32)
             acc,_ = tl.associative_scan((v, f[:, None] + tl.zeros([C, CB], tl.int32)), 0, _seg_add)
             tl.store(g_ + (s - r0)[:, None]*d + c[None, :], acc, mask=(ends & (first == 0))[:, None] & cm)
             tl.store(pt + 2*j*d + c[None, :] + 0*k[:, None], acc, mask=(last & first)[:, None] & cm)
@@ -354,7 +359,7 @@ if triton is not None:
         """Rows whose lookups span chunks of `_sums_kernel`: the chunk where one begins adds its chunks' partial sums. `P` chunks a
         program, at once where the row ends in the next chunk (most such rows); a row over more chunks adds them `Q` at a time (a hot
         row's chunks one by one were a chain of ~200 loads: 0.36 ms of a 2.5 ms step; 8 at a time, ~130 loads a 3-id column's row)"""
-        m = META + tl.program_id(1)*6
+        m = META + tl.program_id(1)*8
         e0,n,d = tl.load(m),tl.load(m + 1),tl.load(m + 2)
         g_,pt = tl.load(m + 4).to(tl.pointer_type(tl.float32)),tl.load(m + 5).to(tl.pointer_type(tl.float32))
         js = tl.program_id(0).to(tl.int64)*P + tl.arange(0, P)
@@ -393,30 +398,40 @@ SUMS_CHUNK,SUMS_WARPS,CARRY_CHUNKS = 32,1,8  # lookups and warps a program of `_
 # width 128, 2.7x 64 lookups in 4 warps); chunks a program of `_carry_kernel`
 CARRY_RUN = 4096  # values a step of `_carry_kernel`'s loop over a long row adds: its chunks' partial sums, `CARRY_RUN // width` at a time
 
+def _source(v)->tuple:
+    "(tensor, address, lookups a row, row stride) of a width's gradients `v`: (lookups, width) float32, or `_BlockCols` in its block"
+    if isinstance(v, _BlockCols): return v.g,v.g.data_ptr() + v.a*v.g.element_size(),v.k,v.g.stride(0)
+    return v,v.data_ptr(),1,v.shape[1]
+
 def _sums_fused(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     """Each width's gradients `vals` summed by touched row, from the lookups of every width sorted once (`seg`: each sorted
     lookup's row, `perm`: its place; width `k`'s at `e[k]:e[k+1]`), in two Triton kernels for all widths: no second sort, no
-    host sync, no atomics (the same sums every run). Width `k`'s sums: `most[k]` rows, its first rows touched the ones written"""
-    C,ds = SUMS_CHUNK,[v.shape[1] for v in vals]
+    host sync, no atomics (the same sums every run). Width `k`'s sums: `most[k]` rows, its first rows touched the ones written.
+    `vals` of one dtype: (lookups, width) float32, or `_BlockCols`, read where the block holds them (no float32 copy)"""
+    C,ds,srcs = SUMS_CHUNK,[v.shape[1] for v in vals],[_source(v) for v in vals]
     nc = [-(-len(v)//C) for v in vals]
     gs = torch.empty(sum(m*d for m,d in zip(most, ds)), device=seg.device).split([m*d for m,d in zip(most, ds)])
     pt = torch.empty(sum(2*c*d for c,d in zip(nc, ds)), device=seg.device).split([2*c*d for c,d in zip(nc, ds)])
-    meta = _sent([x for k,v in enumerate(vals) for x in (e[k], len(v), ds[k], v.data_ptr(), gs[k].data_ptr(), pt[k].data_ptr())],
-                 torch.int64, seg.device)
+    meta = _sent([x for k,(v,(_,at,kk,s0)) in enumerate(zip(vals, srcs))
+                  for x in (e[k], len(v), ds[k], at, gs[k].data_ptr(), pt[k].data_ptr(), kk, s0)], torch.int64, seg.device)
     grid,bd = (max(nc), len(vals)),triton.next_power_of_2(max(ds))
-    _launch(_sums_kernel, grid, perm, seg, meta, C=C, CB=min(64, bd), num_warps=SUMS_WARPS)
+    _launch(_sums_kernel, grid, perm, seg, meta, srcs[0][0], C=C, CB=min(64, bd), num_warps=SUMS_WARPS)
     _launch(_carry_kernel, (-(-max(nc)//CARRY_CHUNKS), len(vals)), seg, meta, C=C, BD=bd, P=CARRY_CHUNKS, Q=max(2, CARRY_RUN//bd))
     return [g.view(m, d) for g,m,d in zip(gs, most, ds)]
 
 def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     "`_sums_fused` in torch ops: `embedding_dense_backward` a width (which sorts its lookups again)"
-    inv,b = torch.empty_like(seg).scatter_(0, perm, seg),seg[e[:-1]]
+    inv,b,vals = torch.empty_like(seg).scatter_(0, perm, seg),seg[e[:-1]],[_fp32_lookups(v) for v in vals]
     return [torch.ops.aten.embedding_dense_backward(v, inv[e0:e1] - r0, m, -1, False) for v,e0,e1,r0,m in zip(vals, e, e[1:], b, most)]
 
 def _sums(lookups:tuple)->list:
-    "The lookups' gradients summed by row: `_sums_fused` where Triton can (float32 gradients on a GPU), else `_sums_torch`"
-    fused = triton is not None and lookups[0].is_cuda and all(v.dtype == torch.float32 for v in lookups[3])
-    return (_sums_fused if fused else _sums_torch)(*lookups)
+    """The lookups' gradients summed by row: `_sums_fused` where Triton can (on a GPU, float32 gradients or a block's), else
+    `_sums_torch`. A launch reads one dtype: where a width's tables are split over parameter groups (their float32 copies) beside
+    another width's block, the block's widths are copied too (the fused sums of the same float32 values, as without the block)"""
+    seg,perm,e,vs,most = lookups
+    if len({_source(v)[0].dtype for v in vs}) > 1: vs = [_fp32_lookups(v) for v in vs]  # one dtype a launch: blocks' widths copied
+    fused = triton is not None and seg.is_cuda and all(v.dtype == torch.float32 for v in vs if not isinstance(v, _BlockCols))
+    return (_sums_fused if fused else _sums_torch)(seg, perm, e, vs, most)
 
 
 # %% ../nbs/06_optimizer.ipynb #f3c1d9a2
@@ -545,9 +560,9 @@ class SparseEmbedOpt(Optimizer):
         ids,vals = [],[]
         for (b,ms),s in zip(groups, starts):
             if (tg := table_grad(ms)) is not None: i,v = (tg[0] + s if s else tg[0]),tg[1]  # `table_block`'s: as it made them
-            else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([p.grad._values() for p,_ in ms])
-            ids.append(i); vals.append(v.to(b.dtype).contiguous())
-        if (ex := self._exchange(groups, vals)) == 'whole': return self._whole_rows(ids, vals, starts, groups)
+            else: i,v = joined([p.grad._indices()[0] for p,_ in ms]) + self._offsets(ms, s),joined([_table_values(p.grad) for p,_ in ms])
+            ids.append(i); vals.append(v if isinstance(v, _BlockCols) else v.to(b.dtype).contiguous())
+        if (ex := self._exchange(groups, vals)) == 'whole': return self._whole_rows(ids, [_fp32_lookups(v) for v in vals], starts, groups)
         dist = distributed() and ex != 'local'
         if dist: ids,vals = self._ranks_rows(ids, vals, starts, groups)
         rows,un,lookups = self._rows_of(ids, vals, starts, groups, dist)

@@ -402,12 +402,17 @@ def row_group_rows_for(types:dict, mh_names=(), target:int=ROW_GROUP_BYTES)->int
     nbytes = sum(72 if n in mh_names else _width(t) for n,t in types.items())
     return int(min(max(target // max(nbytes, 1) // 1024 * 1024, 2**14), 2**20))
 
+def _bags(df)->dict:
+    "{multi-hot column: [its longest row, its codes]} of processed rows `df`"
+    return {n: [list_longest(df[n]), list_total(df[n])] for n in df.columns if is_list_column(df[n])}
+
 def write_part(df, folder, i:int|str, row_group_rows:int)->dict|None:
-    "Write processed rows `df` as part file `i` (a number, or a name such as '00003.001') of `folder` (nothing for no rows): {file, rows}"
+    """Write processed rows `df` as part file `i` (a number, or a name such as '00003.001') of `folder` (nothing for no rows):
+    {file, rows, and where `df` has multi-hot columns, mh: each one's longest row and codes}"""
     if not len(df): return None
     fn = f'part.{i:05d}.parquet' if isinstance(i, int) else f'part.{i}.parquet'
     write_parquet(df, Path(folder)/fn, row_group_rows)
-    return dict(file=fn, rows=len(df))
+    return dict(file=fn, rows=len(df), **({'mh': b} if (b := _bags(df)) else {}))
 
 WRITE_THREADS = 2  # part files written at once: 8M Criteo rows in two files 1.32x on one H100, 1.05x on one H200 (a profile in git history)
 
@@ -486,8 +491,12 @@ def write_dataset_info(folder, to, parts:dict, row_group_rows:int, pass_names=()
     "Write `dataset.json` (the splits' files and rows, the columns, the settings) and the procs of `to` into `folder`"
     splits = {k: dict(rows=sum(p['rows'] for p in ps if p), files=[f"{k}/{p['file']}" for p in ps if p]) for k,ps in parts.items()}
     cols = dict(**{k: list(getattr(to, k)) for k in _NAME_KEYS}, pass_names=list(pass_names))
+    bags = {k: [p.get('mh', {}) for p in ps if p] for k,ps in parts.items()}  # each split's multi-hot columns: longest row, codes
+    mh = {k: {n: dict(longest=max(b[n][0] for b in bs), codes=sum(b[n][1] for b in bs)) for n in to.mh_names if all(n in b for b in bs)}
+          for k,bs in bags.items() if bs}
+    mh = {k: v for k,v in mh.items() if v}
     info = dict(format=PROCESSED_FORMAT, **splits, columns=cols, columns_by_types=bool(getattr(to, 'names_by_types', False)),
-                row_group_rows=row_group_rows, shuffle_seed=shuffle_seed)
+                row_group_rows=row_group_rows, shuffle_seed=shuffle_seed, **({'multi_hot': mh} if mh else {}))
     write_json(Path(folder)/'dataset.json', info)
     if with_procs: save_procs(to, Path(folder)/'procs')
 

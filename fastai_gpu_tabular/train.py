@@ -21,7 +21,7 @@ from .graph import CudaGraph
 from .distributed import Checkpoint, StopAfter, ShardTables, ddp_kwargs, load_checkpoint
 from .backend import to_pandas
 from .stream import is_processed, read_dataset_info
-from .loader import device_bytes_free
+from .loader import device_bytes_free, cheap_padding, bag_width
 from .cli import train_ranks
 from .predict import predict, warn_unseen, predict_cli  # `fgt-predict`'s, from predict.py
 from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
@@ -30,8 +30,9 @@ from .ranking import MRR, NDCGAt, RecallAt, RocAucBinary
 __all__ = ['RUN_FILES', 'MODEL_FILES', 'RUN_SETTINGS', 'TrainTimer', 'Phases', 'KeepBest', 'parse_metrics', 'auto_bs', 'baseline',
            'report_baseline', 'target_range', 'pick_lr', 'parse_layers', 'check_args', 'finished', 'run_lock', 'is_run',
            'claim_out', 'replace_run', 'run_settings', 'resume_settings', 'check_run', 'check_processed_names',
-           'read_step', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes', 'build_step', 'model_memory',
-           'fit_step', 'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks', 'main']
+           'multi_hot_width', 'read_step', 'without_ddp', 'choose_defaults', 'report_defaults', 'emb_sizes',
+           'build_step', 'model_memory', 'fit_step', 'save_loss_plot', 'report_step', 'end_ranks', 'check_ranks',
+           'main']
 
 # %% ../nbs/08_train.ipynb #1e37e0a0
 def _now()->float:
@@ -363,6 +364,15 @@ def check_processed_names(data, to, given:dict, y_block:str):
             f"`{k}` {v!r}: {data} is processed with {k} {have if k == 'y_block' else ','.join(have)!r}, which training takes from it; "
             f"leave `--{k.replace('_', '-')}` out, or process the raw data again with `fgt-prep --{k.replace('_', '-')} {v}`")
 
+def multi_hot_width(info:dict)->int|None:
+    """The codes a row to pad a processed folder's multi-hot columns to (its `dataset.json`, `info`: each split's longest row and
+    codes), where `cheap_padding` says so for each; else None, their (values, offsets)"""
+    st,names = info.get('multi_hot', {}),info['columns'].get('mh_names', [])
+    if not names or any(n not in st.get('train', {}) for n in names): return None
+    longest = {n: max(s[n]['longest'] for s in st.values() if n in s) for n in names}
+    cheap = all(cheap_padding(longest[n], st['train'][n]['codes']/max(info['train']['rows'], 1)) for n in names)
+    return max(longest.values()) if cheap else None
+
 def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid_pct:float|None, mem_bytes:int, groups:list,
               y_block:str|None, freq_threshold:str|None=None, max_size:str|None=None, **cols)->tuple:
     "(loaders, their `TabularGPU`, y_block, group columns, batch size): a processed folder streamed, other data read and processed"
@@ -372,8 +382,10 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
                                                         "pass them to `fgt-prep`, or give `fgt-train` the raw data")
         if valid_pct is not None: raise ValueError(f"`valid_pct`: {data} is processed, its rows split by `fgt-prep`: pass `--valid-pct` "
                                                    "to `fgt-prep`, or give `fgt-train` the raw data")
-        bs = ifnone(bs, auto_bs(read_dataset_info(data)[2]['train']['rows'], world))
-        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups)
+        info = read_dataset_info(data)[2]
+        bs,mh = ifnone(bs, auto_bs(info['train']['rows'], world)),multi_hot_width(info) if gpu else None
+        dls = TabularDataLoaders.from_processed(data, bs=bs, mem_bytes=mem_bytes or None, seed=seed, device=device, extra_names=groups,
+                                                **({} if mh is None else dict(mh_width=mh)))  # fixed sizes: one CUDA graph a step
         to = dls.train_ds
         have = 'category' if any(isinstance(p, Categorize) for p in to.procs) else 'regression'
         check_processed_names(data, to, dict(cols, y_block=y_block), have)
@@ -389,7 +401,11 @@ def read_step(data:str, rows:int, gpu:bool, seed:int, device, bs:int|None, valid
                     y_block=CategoryBlock() if y_block=='category' else RegressionBlock(), **cols)
     del df
     bs = ifnone(bs, auto_bs(len(to.train), world))
-    return to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups), to, y_block, groups, bs
+    dls = to.dataloaders(bs=bs, seed=seed, device=device, extra_names=groups)
+    mh = dls.train.tensors().mh
+    if gpu and mh and all(cheap_padding(bag_width(o), len(v)/max(len(o)-1, 1)) for v,o in mh.values()):  # fixed sizes: a graph a step
+        for dl in dls.loaders: dl.mh_width = 'max'
+    return dls, to, y_block, groups, bs
 
 # %% ../nbs/08_train.ipynb #afab2bc0
 def without_ddp(world:int, emb_opt:str, sync_bn:bool)->bool:

@@ -112,6 +112,9 @@ def test_the_same_rows_whatever_the_partitioning(tmp_path):
     for n in (3, 8): assert_same_output(tmp_path/'p1', tmp_path/f'p{n}')  # persisted between passes or not
     info = json.loads((tmp_path/'p8'/'dataset.json').read_text())
     assert info['format'] == 1 and info['train']['rows'] + info['valid']['rows'] == 6_000 and 1_300 < info['valid']['rows'] < 1_700
+    lens, mh = df['genres'].str.split('|').map(len), info['multi_hot']  # each split's longest multi-hot row and codes, as in memory
+    assert sum(s['genres']['codes'] for s in mh.values()) == lens.sum() and max(s['genres']['longest'] for s in mh.values()) == lens.max()
+    for n in (1, 3): assert json.loads((tmp_path/f'p{n}'/'dataset.json').read_text())['multi_hot'] == mh
 
 def test_exact_medians_in_narrowing_passes(monkeypatch):
     rng = np.random.default_rng(0)

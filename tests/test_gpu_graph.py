@@ -176,3 +176,17 @@ def test_padded_multi_hot_fit_is_graphed_and_equals_fastais():
     assert len(g.model.bags) == 1 and g.dls.one_batch()[2][0][0].dim() == 2
     assert cb.why is None and cb.captures == 1 and cb.replays >= 2*len(g.dls.train) - 4, (cb.why, cb.captures, cb.replays)
     assert_same_fit(g, e)
+
+def test_graphed_tables_sum_their_gradients_where_the_block_holds_them(to, monkeypatch):
+    """Under the whole step (its graph and its eager batches) `SparseEmbedOpt` sums the tables' bf16 gradients where the block
+    holds them (`_BlockCols`: no float32 copy, `_cols`), the fit as fastai's eager one; a fit without `CudaGraph` copies them"""
+    import fastai_gpu_tabular.optimizer as O
+    kinds, f = [], O._sums_fused
+    def spy(seg, perm, e, vals, most): kinds.append({type(v).__name__ for v in vals}); return f(seg, perm, e, vals, most)
+    monkeypatch.setattr(O, '_sums_fused', spy)
+    cb = CudaGraph()
+    g = fit(to, 'sparse', [cb], bs=1024)
+    assert cb.why is None and cb.replays > 0 and kinds and all(k == {'_BlockCols'} for k in kinds), kinds  # the capture's, once
+    kinds.clear(); e = fit(to, 'sparse', (), bs=1024)
+    assert kinds and all(k == {'Tensor'} for k in kinds)
+    assert_same_fit(g, e)

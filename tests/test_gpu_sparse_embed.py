@@ -127,3 +127,25 @@ def test_sums_by_row_in_two_kernels_equal_embedding_dense_backwards():
         torch.testing.assert_close(x[:n], y[:n], rtol=1e-4, atol=1e-3)  # sums of up to ~22k terms, in another order
     b = _sums_fused(seg, perm, e, vals, most)
     assert all(torch.equal(x[:n], y[:n]) for x, y, n in zip(a, b, ns))  # no atomics: the same sums every run (rows past n: unset)
+
+@pytest.mark.parametrize('split', [False, True])
+def test_tables_gradients_left_in_the_block_step_as_copied_ones(split):
+    """Under `_joint_only` (the whole step's graph) the tables' bf16 gradients stay in the block: `SparseEmbedOpt` steps them as the
+    float32 copies (`_cols`), also where a width's tables are split over parameter groups (each table's columns read then)"""
+    from fastai_gpu_tabular.model import _joint_only
+    x = torch.stack([torch.randint(0, n, (4096,), device='cuda') for n, _ in SZS], 1)
+    c = torch.randn(4096, 3, device='cuda')
+    def step(block):
+        with torch.device('cuda'): set_seed(0); m = FastTabularModel(SZS, 3, 2, [64], sparse=True)
+        ps = list(m.parameters())
+        groups = [ps[:1], ps[1:]] if split else [ps]  # the first table of width 16 alone: its width's joint does not fit
+        opt = SparseEmbedOpt(groups, lr=0.05, opt_func=partial(ForeachLamb, wd=0.), rule='rowwise-adagrad')
+        for _ in range(3):
+            with torch.autocast('cuda', torch.bfloat16): y = m(x, c)
+            with (_joint_only() if block else torch.enable_grad()):
+                y.float().pow(2).mean().backward()
+                if block: assert hasattr(m.embeds[0].weight.grad, '_block') and not m.embeds[0].weight.grad._values().any()
+                opt.step(); opt.zero_grad()
+        return m
+    a, b = step(False), step(True)
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()): assert torch.equal(p, q), n

@@ -96,3 +96,21 @@ def test_lr_find_reads_the_gpu_every_few_batches_and_stops_where_fastai_does():
     assert len(fai[2]) < 60 and abs(len(ours[2]) - len(fai[2])) <= 1  # diverged; the same batch, or one on (atomics' rounding)
     assert ours[2][:n] == fai[2][:n] and torch.allclose(torch.tensor(ours[1][:n-2]), torch.tensor(fai[1][:n-2]), rtol=1e-2)
     with pytest.raises(RuntimeError, match='synchroniz'): run(_fai_lrfinder_after_batch, check=True)
+
+def test_fgt_train_pads_short_multi_hot_rows_in_memory_and_streamed(tmp_path):
+    """On a GPU `fgt-train` pads a multi-hot column of short rows (a few genres a rating) to its longest row, in memory and from a
+    processed folder alike: every batch (codes, lengths) of one shape, so `CudaGraph` can replay the whole step"""
+    import json
+    from itertools import islice
+    from fastai_gpu_tabular.train import read_step
+    df = synth_movielens(20_000, n_users=500, n_items=200, gpu=False)
+    longest = int(df['genres'].str.split('|').map(len).max())
+    df.to_parquet(tmp_path/'r.parquet')
+    cols = dict(cat_names='userId,movieId', cont_names='days', mh_names='genres', y_names='target')
+    dls, to, *_ = read_step(str(tmp_path/'r.parquet'), 0, True, 0, torch.device('cuda'), 1024, 0.2, 0, [], 'category', **cols)
+    assert [dl.mh_width for dl in dls.loaders] == ['max', 'max']
+    assert {tuple(b[2][0][0].shape) for b in islice(dls.train, 5)} == {(1024, longest)}
+    to.to_parquet(tmp_path/'p')
+    assert json.loads((tmp_path/'p'/'dataset.json').read_text())['multi_hot']['train']['genres']['longest'] == longest
+    dls, *_ = read_step(str(tmp_path/'p'), 0, True, 0, torch.device('cuda'), 1024, None, 0, [], None)
+    assert dls.train.mh_width == longest and {tuple(b[2][0][0].shape) for b in islice(dls.train, 5)} == {(1024, longest)}

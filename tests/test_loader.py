@@ -140,3 +140,22 @@ def test_col_tensor_of_a_read_only_pandas_column_warns_nothing():
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
     assert r.returncode == 0 and r.stdout.strip() == '[1, 2] []', r.stdout + r.stderr[-2000:]
+
+def test_multi_hot_padding_is_cheap_for_short_rows_not_a_long_tail(tmp_path):
+    """`cheap_padding`: rows up to 16 codes, or 4x the mean row, pad (fgt-train's default on a GPU, so that `CudaGraph` replays the
+    whole step); a long tail does not. A processed folder's `dataset.json` holds each split's longest row and codes for it"""
+    import json
+    from fastai_gpu_tabular.loader import cheap_padding
+    from fastai_gpu_tabular.train import multi_hot_width
+    assert cheap_padding(3, 2.9) and cheap_padding(16, 1.01) and cheap_padding(40, 13.) and not cheap_padding(17, 1.01)
+    assert not cheap_padding(0, 0.)  # no codes at all: nothing to pad to
+    df = synth_movielens(2_000, n_users=100, n_items=50, gpu=False)
+    lens = df['genres'].str.split('|').map(len)
+    to = synth_tabular(df, mh=True)
+    to.to_parquet(tmp_path/'p')
+    info = json.loads((tmp_path/'p'/'dataset.json').read_text())
+    st = info['multi_hot']
+    assert max(s['genres']['longest'] for s in st.values()) == lens.max() and sum(s['genres']['codes'] for s in st.values()) == lens.sum()
+    assert multi_hot_width(info) == lens.max()  # genres: a few a film
+    st['train']['genres'] = dict(longest=500, codes=3*info['train']['rows'])  # a long tail
+    assert multi_hot_width(info) is None and multi_hot_width({**info, 'multi_hot': {}}) is None  # or a folder written before

@@ -133,21 +133,27 @@ def test_warming_compiles_launches_from_any_thread_and_runs_none(monkeypatch):
     import threading, time
     from types import SimpleNamespace
     import fastai_gpu_tabular.model as M
+    from concurrent.futures import ThreadPoolExecutor
     monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0); monkeypatch.setattr(torch.cuda, 'set_device', lambda d: None)
-    class Kernel:
-        def __init__(self): self.ran, self.compiled, self.device_caches = [], [], {}
+    monkeypatch.setattr(M, '_pool', ThreadPoolExecutor(4))  # the library's: 8 threads, or the CPUs if fewer
+    class Kernel:  # Triton's cache too: a specialization compiled once (here: its arguments but the grid)
+        def __init__(self): self.ran, self.compiled, self.device_caches, self.cache, self.spans = [], [], {}, set(), []
         def __getitem__(self, grid): return lambda *a, **k: self.ran.append((grid, a, k))
         def warmup(self, *a, grid, **k):
-            time.sleep(0.05)  # a compile takes time: leaving must wait for it
-            self.compiled.append((grid, a, k))
+            if (a, tuple(k.items())) not in self.cache:
+                t0 = time.perf_counter(); time.sleep(0.05)  # a compile takes time: leaving must wait for it
+                self.cache.add((a, tuple(k.items()))); self.compiled.append((grid, a, k)); self.spans.append((a, t0, time.perf_counter()))
             return SimpleNamespace(_init_handles=lambda: self.compiled.append('handles'))
-    k = Kernel()
+    k, k2 = Kernel(), Kernel()
     with M._warming() as fs:
         M._launch(k, (1,), 'x', C=2)
         t = threading.Thread(target=M._launch, args=(k, (2,), 'y')); t.start(); t.join()
-    assert k.ran == [] and len(fs) == 2 and all(f.done() for f in fs)
-    assert sorted(c for c in k.compiled if c != 'handles') == [((1,), ('x',), {'C': 2}), ((2,), ('y',), {})]
-    assert k.compiled.count('handles') == 2 and M._warm_fs is None
+        M._launch(k, (4,), 'x', C=2); M._launch(k2, (1,), 'x', C=2)  # a layer's second launch of a specialization; another kernel
+    assert k.ran == [] and len(fs) == 4 and all(f.done() for f in fs)
+    assert sorted(c for c in k.compiled if c != 'handles') == [((1,), ('x',), {'C': 2}), ((2,), ('y',), {})]  # 'x' once
+    assert k.compiled.count('handles') == 3 and M._warm_fs is None
+    (_, a0, a1), spans = next(o for o in k.spans if o[0] == ('x',)), [o for o in k.spans if o[0] == ('y',)] + k2.spans
+    assert all(a0 < b1 and b0 < a1 for _, b0, b1 in spans)  # another specialization's compile, another kernel's: at once
     M._launch(k, (3,), 'z')
     assert k.ran == [((3,), ('z',), {})]
 

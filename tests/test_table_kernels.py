@@ -93,6 +93,22 @@ for O.CARRY_CHUNKS, O.CARRY_RUN in ((32, 4096), (2, 8)):  # 2 and 8: a hot row's
         n = len(torch.unique(i))
         torch.testing.assert_close(x[:n], y[:n], rtol=1e-5, atol=1e-5)
         assert x.shape == y.shape
+# two widths' gradients left in a bf16 block (`_BlockCols`: lookup i at row i // k, column a + (i % k)·d), read there: the sums of
+# their float32 copies, bit for bit (the same additions)
+from fastai_gpu_tabular.model import _BlockCols, _fp32_lookups
+bs, g = 90, torch.randn(90, 64).bfloat16()  # 3 tables of 5 at columns 2-16, 2 of 20 at 17-56, the rest other columns
+vals = [_BlockCols(g, 2, 3, 5), _BlockCols(g, 17, 2, 20)]
+ids = [torch.randint(0, 8, (bs*3,)), 100 + torch.cat([torch.zeros(100, dtype=torch.long), torch.randint(0, 30, (bs*2 - 100,))])]
+srt, perm = torch.sort(torch.cat(ids).int())
+seg = torch.cat([perm.new_zeros(1), (srt[1:] != srt[:-1]).cumsum(0)])
+e, most = [0, bs*3, bs*5], [8, 31]
+f32 = [_fp32_lookups(v) for v in vals]
+assert torch.equal(f32[1][5], g[2, 37:57].float()) and torch.equal(f32[0][4], g[1, 7:12].float())
+for x, y, z, i in zip(_sums_fused(seg, perm, e, vals, most), _sums_fused(seg, perm, e, f32, most), _sums_torch(seg, perm, e, vals, most),
+                      ids):
+    n = len(torch.unique(i))  # the rows touched: written first
+    assert torch.equal(x[:n], y[:n])
+    torch.testing.assert_close(x[:n], z[:n], rtol=1e-5, atol=1e-5)
 print('ok')
 """
 

@@ -1,7 +1,8 @@
 """`_sums_kernel` and `_carry_kernel` (`SparseEmbedOpt`'s gradients summed by row) alone, over their shapes: lookups a program (C),
 column tile (CB), warps, chunks a carry program (P) and a step of its loop over a long row (Q), on 65,536 rows x 39 columns of
 Zipf ids (1.2: a row of ~12,000 lookups; 2.0; 'criteo': 1.2 with 3 columns of 3 ids, rows of ~22,000 lookups as synth-criteo's
-smallest columns), widths 16 and 128, beside torch's `embedding_dense_backward`; the largest difference from it. One GPU.
+smallest columns), widths 16 and 128, beside torch's `embedding_dense_backward`; the largest difference from it; then the
+sums read where the bf16 block holds the gradients (`_BlockCols`) against its float32 copy and the sums. One GPU.
 
     python bench/profiles/sums_kernels.py | tee bench/results/sums_kernels_<card>.log"""
 import torch, numpy as np, triton
@@ -25,11 +26,11 @@ for zs in (1.2, 2.0, 'criteo'):
         for C in (32, 64, 128, 256):
             nc = -(-n//C)
             gs, pt = torch.empty(n*d, device=dev), torch.empty(2*nc*d, device=dev)
-            meta = torch.tensor([0, n, d, v.data_ptr(), gs.data_ptr(), pt.data_ptr()], device=dev)
+            meta = torch.tensor([0, n, d, v.data_ptr(), gs.data_ptr(), pt.data_ptr(), 1, d], device=dev)  # 1 lookup a row of d
             out = []
             for CB in sorted({min(64, triton.next_power_of_2(d)), min(128, triton.next_power_of_2(d)), min(32, triton.next_power_of_2(d))}):
                 for w in (1, 2, 4, 8):
-                    try: ts = tm(lambda: O._sums_kernel[(nc, 1)](perm, seg, meta, C=C, CB=CB, num_warps=w))
+                    try: ts = tm(lambda: O._sums_kernel[(nc, 1)](perm, seg, meta, v, C=C, CB=CB, num_warps=w))
                     except Exception as ex: out.append(f'CB{CB} w{w} failed'); continue
                     out.append(f'CB{CB} w{w} {ts:.3f}')
             tc = [f'P{P} Q{Q} {tm(lambda: O._carry_kernel[(-(-nc//P), 1)](seg, meta, C=C, BD=triton.next_power_of_2(d), P=P, Q=Q)):.3f}'
@@ -37,3 +38,6 @@ for zs in (1.2, 2.0, 'criteo'):
             err = (gs.view(n, d)[:nu] - ref[:nu]).abs().max().item()
             print(f'width {d} C {C}: sums {", ".join(out)} | carry {", ".join(tc)} ms | err {err:.1e}', flush=True)
         print(f'width {d}: torch embedding_dense_backward {tm(lambda: O._sums_torch(seg, perm, [0, n], [v], [n])):.3f} ms', flush=True)
+        blk = O._BlockCols(v.view(bs, k*d).bfloat16(), 0, k, d)  # the lookups' gradients as the bf16 block holds them, row by row
+        t_copy, t_block = [tm(lambda: O._sums_fused(seg, perm, [0, n], [f(blk)], [n])) for f in (O._fp32_lookups, lambda b: b)]
+        print(f'width {d}: the float32 copy (`_cols`) then the sums {t_copy:.3f} ms, the sums read in the bf16 block {t_block:.3f} ms', flush=True)
