@@ -649,6 +649,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                             'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer._fusable': ( 'optimizer.html#_fusable',
                                                                                          'fastai_gpu_tabular/optimizer.py'),
+                                              'fastai_gpu_tabular.optimizer._one_dtype': ( 'optimizer.html#_one_dtype',
+                                                                                           'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer._rows_fused': ( 'optimizer.html#_rows_fused',
                                                                                             'fastai_gpu_tabular/optimizer.py'),
                                               'fastai_gpu_tabular.optimizer._rows_hypers': ( 'optimizer.html#_rows_hypers',

@@ -424,12 +424,16 @@ def _sums_torch(seg:Tensor, perm:Tensor, e:list, vals:list, most:list)->list:
     inv,b,vals = torch.empty_like(seg).scatter_(0, perm, seg),seg[e[:-1]],[_fp32_lookups(v) for v in vals]
     return [torch.ops.aten.embedding_dense_backward(v, inv[e0:e1] - r0, m, -1, False) for v,e0,e1,r0,m in zip(vals, e, e[1:], b, most)]
 
+def _one_dtype(vs:list)->list:
+    """Each width's gradients `vs` as `_sums_fused`'s one launch reads them, of one dtype: as they are, or, where a width's tables are
+    split over parameter groups (their float32 copies) beside another width's block, the block's widths copied to float32 too"""
+    return vs if len({_source(v)[0].dtype for v in vs}) == 1 else [_fp32_lookups(v) for v in vs]
+
 def _sums(lookups:tuple)->list:
-    """The lookups' gradients summed by row: `_sums_fused` where Triton can (on a GPU, float32 gradients or a block's), else
-    `_sums_torch`. A launch reads one dtype: where a width's tables are split over parameter groups (their float32 copies) beside
-    another width's block, the block's widths are copied too (the fused sums of the same float32 values, as without the block)"""
+    """The lookups' gradients summed by row: `_sums_fused` where Triton can (on a GPU, float32 gradients or a block's, `_one_dtype`),
+    else `_sums_torch`"""
     seg,perm,e,vs,most = lookups
-    if len({_source(v)[0].dtype for v in vs}) > 1: vs = [_fp32_lookups(v) for v in vs]  # one dtype a launch: blocks' widths copied
+    vs = _one_dtype(vs)
     fused = triton is not None and seg.is_cuda and all(v.dtype == torch.float32 for v in vs if not isinstance(v, _BlockCols))
     return (_sums_fused if fused else _sums_torch)(seg, perm, e, vs, most)
 

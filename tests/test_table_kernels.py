@@ -109,6 +109,13 @@ for x, y, z, i in zip(_sums_fused(seg, perm, e, vals, most), _sums_fused(seg, pe
     n = len(torch.unique(i))  # the rows touched: written first
     assert torch.equal(x[:n], y[:n])
     torch.testing.assert_close(x[:n], z[:n], rtol=1e-5, atol=1e-5)
+# a width's float32 copies beside another's block (its tables split over parameter groups): one dtype a launch, the same sums
+from fastai_gpu_tabular.optimizer import _one_dtype
+assert _one_dtype(vals) is vals and _one_dtype(f32) is f32
+mixed = _one_dtype([f32[0], vals[1]])
+assert all(v.dtype == torch.float32 and not isinstance(v, _BlockCols) for v in mixed) and torch.equal(mixed[1], f32[1])
+for x, y, i in zip(_sums_fused(seg, perm, e, mixed, most), _sums_fused(seg, perm, e, f32, most), ids):
+    n = len(torch.unique(i)); assert torch.equal(x[:n], y[:n])
 print('ok')
 """
 
