@@ -111,12 +111,13 @@ def _like(xs, flat)->list:
     "`flat` in the structure of `xs` (`_flat`'s inverse)"
     return tree_unflatten(list(flat), tree_flatten(list(xs))[1])
 
-def warm_step(learn, ins)->bool:
+def warm_step(learn, ins, n_inp:int|None=None)->bool:
     """The Triton kernels of `learn`'s training step on batches like `ins` (inputs, then targets) compiled at once on threads before
     the step first runs: the step run once with its launches compiled, not run (`model._warming`), and what else it changed put back (the
     buffers, the gradients, the random generators and the optimizer's step counts). Done only where nothing else can change: one
-    process, float32 CUDA parameters, this library's fused optimizers (`SparseEmbedOpt`, `ForeachLamb`); else False"""
-    m,opt,nx = learn.model,learn.opt,len(learn.xb)
+    process, float32 CUDA parameters, this library's fused optimizers (`SparseEmbedOpt`, `ForeachLamb`); else False. `n_inp`: the
+    inputs' count (default `learn.xb`'s)"""
+    m,opt,nx = learn.model,learn.opt,ifnone(n_inp, len(learn.xb) if hasattr(learn, 'xb') else None)
     ps,bufs = list(m.parameters()),list(m.buffers())
     dense = getattr(opt, 'dense', opt)  # all steps in kernels, which write nothing under `_warming` (foreach ops would step)
     if not (num_distrib() <= 1 and ps and isinstance(opt, (SparseEmbedOpt, ForeachLamb)) and isinstance(dense, ForeachLamb)
@@ -191,7 +192,7 @@ class CudaGraph(Callback):
         max_graphs:int=2, # Shapes captured at most (others run as usual): e.g. the training batch and the epoch's last
         whole_step:bool=True, # The whole step in one graph where it can be (else, or False: the forward and backward)
         warm:bool=True, # Compile the step's Triton kernels at once on threads before its first batch (`warm_step`)
-    ): super().__init__(); store_attr(); self.why,self._said = None,set()
+    ): super().__init__(); store_attr(); self.why,self._said,self.warmed = None,set(),None
 
     def before_fit(self):
         m = self.learn.model
@@ -201,13 +202,26 @@ class CudaGraph(Callback):
         ps = list(m.parameters())
         self.graphs,self.seen,self.captures,self.replays,self.capture_s = {},Counter(),0,0,0.  # capture_s: the captures' host seconds
         self.active = bool(ps) and ps[0].is_cuda and not isinstance(m, DistributedDataParallel)
-        self.steps,self.why = False,None  # whole steps replayed in this fit; why not
+        self.steps,self.why,self.warmed = False,None,None  # whole steps replayed in this fit; why not; the layout `_warm_ahead` warmed
         if not self.active: return  # on the CPU, or under DDP (its hooks run in the backward): fastai's loop as it is
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
         self.anchor = torch.empty(0, device=ps[0].device, requires_grad=True)  # with a gradient: autograd calls `_Replay.backward`
         why = step_unfit(self.learn) if self.whole_step else 'not asked for (`whole_step=False`)'
         if why is None: self.steps,self.learn._do_one_batch = True,self._one_batch  # on the instance: fastai's `one_batch` calls it
         else: self._fall_back(why)
+
+    def before_epoch(self):
+        if self.steps and self.warm and not self.seen and self.warmed is None: self._warm_ahead()
+
+    def _warm_ahead(self):
+        """Before the fit's first batch is read: the training loader's first windows read (`read_ahead`) while the step's kernels compile
+        on its `shape_batch` (`warm_step`), under the fit's autocast. The first batch of that layout then compiles nothing"""
+        learn,dl = self.learn,self.learn.dls.train
+        if hasattr(dl, 'read_ahead'): dl.read_ahead()
+        if (ins := getattr(dl, 'shape_batch', noop)()) is None: return
+        mp = first(cb for cb in learn.cbs if isinstance(cb, MixedPrecision))
+        with getattr(mp, 'autocast', None) or contextlib.nullcontext():
+            if warm_step(learn, ins, dl.n_inp): self.warmed = self._key(_flat(ins))
 
     def _fall_back(self, why):
         "The forward and backward from graphs from now on, the rest of the step as it is, saying `why` once"
@@ -230,7 +244,7 @@ class CudaGraph(Callback):
             return type(learn)._do_one_batch(learn)
         k = self._key(flat)
         if (c := self.graphs.get(k)) is None:
-            if not self.seen and self.warm: warm_step(learn, ins)  # the fit's first batch
+            if not self.seen and self.warm and k != self.warmed: warm_step(learn, ins)  # the fit's first batch, not warmed before it
             self.seen[k] += 1
             if self.seen[k] <= self.warmup or len(self.graphs) >= self.max_graphs or not (c := self._capture_step(k, ins)):
                 with _in_block(learn): return type(learn)._do_one_batch(learn)  # as the graph steps (no callback acts in the step)

@@ -279,12 +279,16 @@ class BatchDataLoader(TfmdDL):
         batches = (self.create_batch(idx, t) for idx in idxs)
         return _prefetch(batches, self.device) if self.host else batches
 
+    def _tfm(self):
+        "`after_batch`, or nothing where it is `ReadTabBatchGPU` alone (an identity)"
+        return self.after_batch if [type(f) for f in self.after_batch.fs] != [ReadTabBatchGPU] else noop
+
     def __iter__(self):
         if self.n and not len(self) and (self.shuffle or self.drop_last): raise ValueError(
             f"this training loader has no batches: {self.n:,} rows, `bs`={self.bs:,} on each of {self.world_size} rank(s), "
             f"`drop_last`={self.drop_last}: use a `bs` of at most {max(self.n//(2*self.world_size), 1):,}")
         self.before_iter()
-        tfm = self.after_batch if [type(f) for f in self.after_batch.fs] != [ReadTabBatchGPU] else noop  # skip an identity pipeline
+        tfm = self._tfm()
         for b in self.batches(): yield tfm(b)
         self.after_iter()
         if self.shuffle: self.epoch += 1
@@ -304,6 +308,20 @@ class BatchDataLoader(TfmdDL):
     def one_batch(self):
         if len(self)==0: raise ValueError(f"this loader has no batches: {self.n} rows, bs={self.bs}, drop_last={self.drop_last}")
         return first(self)
+
+    def shape_batch(self)->tuple|None:
+        """A batch of `bs` rows laid out as this loader's (shapes, types, strides, device), its inputs and targets without pass-through
+        columns, every row row 0's: what `CudaGraph` compiles the step on before the first batch comes; None without rows. Nothing is
+        drawn: the order and the random generators stay as they were"""
+        t = self.tensors()
+        if not t.n: return None
+        b = self.create_batch(torch.zeros(self.bs, dtype=torch.int64, device=t.device if not self.host else 'cpu'), t)
+        if self.host: b = to_device(b, self.device)
+        return self._ins(self._tfm()(b))
+
+    def _ins(self, b:tuple)->tuple:
+        "Batch `b`'s inputs and targets: its pass-through columns (`extra_names`, last) left out"
+        return b[:-1] if self.extra_names and isinstance(b[-1], tuple) else b
 
     def new(self, dataset=None, cls=None, **kwargs):
         cols = getattr(getattr(dataset, 'items', None), 'columns', None)  # a test set without the pass-through columns gets no extras

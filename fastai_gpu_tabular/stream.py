@@ -337,6 +337,12 @@ def _pass_column(a):
     import pyarrow as pa
     return a.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_integer(t) else None)
 
+def _zero_row(schema, columns:list):
+    "A pyarrow table of one row of `schema`'s `columns`: zeros, and empty lists for multi-hot columns"
+    import pyarrow as pa
+    one = lambda t: pa.array([[]] if pa.types.is_list(t) or pa.types.is_large_list(t) else [0], t)
+    return pa.table({n: one(schema.field(n).type) for n in columns})
+
 def _chunk(frame, names:dict, ys:list, device, extra_names=())->TabTensors:
     "A cuDF frame or pyarrow table of processed rows as `TabTensors` on `device`: codes int32, continuous float32, targets as stored"
     t = TabTensors.__new__(TabTensors)
@@ -481,12 +487,40 @@ class ParquetDataLoader(BatchDataLoader):
 
     def mh_widths(self, t=None)->list: return [self.mh_width]*len(self.dataset.mh_names)
 
+    def shape_batch(self)->tuple:
+        "`BatchDataLoader.shape_batch` from a row of zeros in the part files' schema (codes 0, empty bags), read from no file"
+        if self.src.schema is None: return None
+        t = _chunk(_zero_row(self.src.schema, self.src.columns), self.src.names, self.src.ys, self.device or torch.device('cpu'))
+        return self._tfm()(self.create_batch(torch.zeros(self.bs, dtype=torch.int64, device=t.device), t))
+
+    def _start(self)->tuple:
+        "(windows, the first to read, rows of it to leave out) of the coming pass: the current epoch from batch `skip` on"
+        wins,start,k = self.windows(),self.skip*self.bs,0
+        while k < len(wins) and (n := sum(hi-lo for _,lo,hi in wins[k])) <= start: start -= n; k += 1
+        return wins,k,start
+
     def batches(self):
         "This rank's batches of the current epoch from batch `skip` on: windows read one ahead by a background thread"
-        wins,start,self.skip = self.windows(),self.skip*self.bs,0
-        k = 0
-        while k < len(wins) and (n := sum(hi-lo for _,lo,hi in wins[k])) <= start: start -= n; k += 1
+        wins,k,start = self._start()
+        self.skip = 0
         return self._stream(wins, k, start, self.epoch)
+
+    def read_ahead(self):
+        """Start reading the coming pass's first windows now, on threads, for that pass to take: an epoch's first batch need not
+        wait for its read (`fgt-train` calls it once the loaders are made, `CudaGraph` while the step compiles). A pass over
+        other windows (another epoch, `skip`) drops them"""
+        wins,k,_ = self._start()
+        if k >= len(wins) or self.__dict__.get('_ahead', (None,))[0] == (self.epoch, k): return
+        ex = ThreadPoolExecutor(self.prefetch, thread_name_prefix='fgt-stream')  # `_stream`'s names: its side streams, memory they cache
+        self._ahead = ((self.epoch, k), {j: (wins[j], ex.submit(_timed, self.load, wins[j], j, self.epoch))
+                                          for j in range(k, min(k+self.prefetch, len(wins)))})
+        ex.shutdown(wait=False)  # its threads end once they have read
+
+    def _take_ahead(self, wins, k0, epoch)->dict:
+        "{window: its read} of those `read_ahead` started where they are this pass's; else none (and they go)"
+        (key,futs),self._ahead = self.__dict__.get('_ahead', (None, {})),(None, {})
+        ok = key == (epoch, k0) and all(j < len(wins) and wins[j] == w for j,(w,_) in futs.items())
+        return {j: f for j,(_,f) in futs.items()} if ok else {}
 
     def _stream(self, wins, k0, drop, epoch):
         bs,pending,log = self.bs,None,ifnone(self.log, [])
@@ -494,7 +528,7 @@ class ParquetDataLoader(BatchDataLoader):
         rows = lambda b: len(b[0])
         if k0 >= len(wins): return
         with ThreadPoolExecutor(self.prefetch, thread_name_prefix='fgt-stream') as ex:
-            futs = {}
+            futs = self._take_ahead(wins, k0, epoch)
             def ahead(k):  # windows k to k+prefetch-1 being read, each by its own thread
                 for j in range(k, min(k+self.prefetch, len(wins))):
                     if j not in futs: futs[j] = ex.submit(_timed, self.load, wins[j], j, epoch); log.append(('read', j))

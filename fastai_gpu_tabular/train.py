@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch, functools, inspect, json, os, shutil, socket, sys, time
 from fastcore.script import is_cli
 from contextlib import contextmanager
+from concurrent.futures import Future
 from fastai.tabular.all import *
 from fastai.distributed import *
 from .backend import gpu_available, read_frame, explode_elements, host_list, replacing, write_json, read_json, counted
@@ -164,6 +165,12 @@ def baseline(to, y_block:str, data=None)->dict|None:
     for a in va: k,sq = k + len(a),sq + float(((a.astype(np.float64) - m)**2).sum())
     guess = 'the mean' if len(ys) == 1 else f"each target's mean ({', '.join(f'{y} {v:.4g}' for y,v in zip(ys, m))})"
     return dict(metric='_rmse', value=float(np.sqrt(sq/(k*len(ys)))), guess=guess) if k and n else None
+
+def _beside(f, *args, thread:bool=True)->Future:
+    "`f(*args)` as a `Future`: run on a thread of its own (`thread`; its error raised by `result`), else here and now"
+    if not thread: res = Future(); res.set_result(f(*args)); return res
+    ex = ThreadPoolExecutor(1, thread_name_prefix='fgt-beside'); res = ex.submit(f, *args); ex.shutdown(wait=False)
+    return res
 
 def report_baseline(base:dict, res:dict):
     "Print the constant guess's score beside the model's; warn when the model does not beat it"
@@ -630,10 +637,11 @@ def main(
         dls,to,y_block,groups,bs = read_step(data, rows, device.type=='cuda', seed, device, bs, valid_pct, mem_bytes,
                                              [o for o in (group_names or '').split(',') if o], y_block, freq_threshold, max_size,
                                              cat_names=cat_names, cont_names=cont_names, mh_names=mh_names, y_names=y_names)
+        if hasattr(dls.train, 'read_ahead'): dls.train.read_ahead()  # streamed: the first windows read beside what follows
         if opt == 'auto': opt = 'lamb' if bs*world >= LAMB_MIN_ROWS else 'adam'  # LAMB is for large batches; Adam trains small ones better
         metrics = parse_metrics(metrics, groups, dls.c if y_block=='category' else None)
         if not dls.valid.n: metrics = []  # no validation rows (`valid_pct` 0): train, save, report no metrics
-        base = baseline(to, y_block, data)
+        base = _beside(baseline, to, y_block, data, thread=is_processed(data))  # streamed: pyarrow's reads, beside the rest
         chosen = choose_defaults(to, device, world, bs, dls.train.n, epochs, dls.c if y_block=='category' else len(to.y_names), layers,
                                  emb_dim, fastai_model, emb_opt, emb_rule, precision,
                                  'auto' if not (cuda_graph or no_cuda_graph) else cuda_graph, sync_bn)
@@ -683,7 +691,7 @@ def main(
         ph.lap('validation')
         save_run(learn, out/'model', getattr(keep, 'loaded', None))  # first: nothing below can lose the trained model
         ph.lap('save')
-        report_step(learn, out, ph, timer, final, baseline=base, world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
+        report_step(learn, out, ph, timer, final, baseline=base.result(), world_size=world, bs=bs, lr=lr, opt=opt, precision=precision,
                     device=str(device), sparse_tables=sparse, model=mem, emb_opt=emb_opt, emb_rule=emb_rule, cuda_graph=bool(cuda_graph),
                     defaults={k: v for k,(v,_) in chosen.items()}, kept_epoch=getattr(keep, 'kept_epoch', None), epochs=epochs,
                     checkpoints=ckpt.n_saves,

@@ -190,3 +190,31 @@ def test_graphed_tables_sum_their_gradients_where_the_block_holds_them(to, monke
     kinds.clear(); e = fit(to, 'sparse', (), bs=1024)
     assert kinds and all(k == {'Tensor'} for k in kinds)
     assert_same_fit(g, e)
+
+def test_a_streamed_fit_compiles_its_step_while_its_first_windows_are_read(to, tmp_path, monkeypatch):
+    """On a processed folder `CudaGraph` warms the step on the training loader's `shape_batch` at the fit's first epoch, its first
+    windows read meanwhile (`read_ahead`): `warm_step` once, before the first batch (whose layout it matched: no second warm), every
+    training window read once (those read ahead taken by the pass), and the fit graphed"""
+    import fastai_gpu_tabular.graph as G
+    from fastai.tabular.all import Callback
+    from fastai.tabular.data import TabularDataLoaders
+    from fastai_gpu_tabular.stream import ProcessedSplit
+    path = to.to_parquet(tmp_path/'p', row_group_rows=4_000)
+    log, warm, read = [], G.warm_step, ProcessedSplit.read
+    monkeypatch.setattr(G, 'warm_step', lambda learn, ins, n_inp=None: log.append('warm') or warm(learn, ins, n_inp))
+    monkeypatch.setattr(ProcessedSplit, 'read', lambda self, gs, *a, **k: log.append((self.split, tuple(gs))) or read(self, gs, *a, **k))
+    class Mark(Callback):
+        order = 20
+        def before_batch(self):
+            if self.training and self.iter == 0: log.append('batch 0')
+    set_seed(0)
+    dls = TabularDataLoaders.from_processed(path, bs=1024, seed=0, device='cuda', mem_bytes=8*2**20)
+    cb = CudaGraph()
+    learn = tabular_learner(dls, layers=[64, 32], emb_szs={n: 8 for n in to.cat_names}, config=dict(sparse=True), opt_func=OPTS['sparse'],
+                            cbs=[cb, Mark()])
+    learn.to_bf16()
+    with learn.no_bar(): learn.fit_one_cycle(1, 1e-2)
+    assert log.count('warm') == 1 and log.index('warm') < log.index('batch 0'), log[:8]
+    train = [e for e in log if isinstance(e, tuple) and e[0] == 'train']
+    assert len(dls.train.windows(0)) > 2 and len(train) == len(dls.train.windows(0)), train  # no window read twice
+    assert cb.why is None and cb.captures == 1 and cb.replays >= len(dls.train) - 3

@@ -159,3 +159,19 @@ def test_multi_hot_padding_is_cheap_for_short_rows_not_a_long_tail(tmp_path):
     assert multi_hot_width(info) == lens.max()  # genres: a few a film
     st['train']['genres'] = dict(longest=500, codes=3*info['train']['rows'])  # a long tail
     assert multi_hot_width(info) is None and multi_hot_width({**info, 'multi_hot': {}}) is None  # or a folder written before
+
+@pytest.mark.parametrize('host', [False, True])
+def test_a_shape_batch_is_laid_out_as_the_batches_without_pass_through_columns(host):
+    "`shape_batch`: inputs and targets laid out as the batches' (pass-through columns left out), row 0's values, nothing drawn"
+    import random
+    from torch.utils._pytree import tree_flatten
+    layout = lambda b: [(tuple(x.shape), x.stride(), x.dtype, x.device) for x in tree_flatten(list(b))[0]]
+    df = rows_frame(1000); df['rid_group'] = df['rid']
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['rid', 'cat'], cont_names=['x'], y_names='y', y_block=CategoryBlock())
+    dl = BatchDataLoader(to, bs=64, shuffle=True, seed=0, device='cpu', host=host, extra_names=['rid_group'])
+    st = random.getstate(), torch.get_rng_state().tolist(), dl.epoch
+    s = dl.shape_batch()
+    assert (random.getstate(), torch.get_rng_state().tolist(), dl.epoch) == st
+    b = next(iter(dl))
+    assert len(b) == 4 and isinstance(b[-1], tuple) and layout(s) == layout(b[:3])  # the extras' tuple left out
+    assert (s[0] == s[0][:1]).all() and torch.equal(s[0][0], dl.tensors().cats[0].long())

@@ -352,3 +352,40 @@ def test_a_part_files_bytes_hold_what_its_row_groups_read(big, monkeypatch):
     assert st._read_ranges([(4, 10), (10, 20), (20, 30)], [1], 40) == [(0, 4), (10, 20), (30, 40)]
     with pytest.raises(Exception): pq.ParquetFile(pa.BufferReader(b)).read_row_groups([0])
     with pytest.raises(ValueError, match=f'{os.path.basename(f)}.*do not fit'): src._file_bytes(0, want, buf[:size-1])
+
+def layout(b):
+    "What a captured step depends on in a batch: each tensor's shape, strides and type, nested tuples spread out"
+    from torch.utils._pytree import tree_flatten
+    return [(tuple(x.shape), x.stride(), x.dtype, x.device) for x in tree_flatten(list(b))[0]]
+
+@pytest.mark.parametrize('shape', ['tabular', 'multi-hot'])
+def test_a_shape_batch_is_laid_out_as_the_batches_and_draws_nothing(tmp_path, big, shape):
+    "`shape_batch`: the inputs and targets of a batch, as the training batches lay them out, made from no file and no random draw"
+    import random
+    path = big[1] if shape == 'tabular' else multi_hot_folder(tmp_path/'mh')
+    for mh in ([None] if shape == 'tabular' else [4]):  # padded bags: the layout whose sizes are fixed (a graph a step)
+        dl = ParquetDataLoader(path, bs=512, shuffle=True, seed=0, mh_width=mh)
+        st = random.getstate(), torch.get_rng_state().tolist(), dl.epoch
+        s = dl.shape_batch()
+        assert (random.getstate(), torch.get_rng_state().tolist(), dl.epoch) == st
+        assert layout(s) == layout(next(iter(dl))) and len(s[0]) == 512
+        from torch.utils._pytree import tree_flatten
+        assert not s[0].any() and (shape == 'tabular' or not any(x.any() for x in tree_flatten(list(s[2]))[0]))  # codes 0, empty bags
+
+def test_reads_started_ahead_are_taken_by_their_pass_only(big):
+    "`read_ahead` reads the coming pass's first windows now; that pass takes them (no window read twice), another pass drops them"
+    _, path, mem = big
+    want = [ids(ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=2)) for _ in range(1)][0]
+    dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=2)
+    loads, load = [], dl.load
+    dl.load = lambda win, k, epoch: loads.append((epoch, k)) or load(win, k, epoch)
+    dl.read_ahead(); dl.read_ahead()  # once
+    import time; time.sleep(0.5)
+    assert sorted(loads) == [(0, 0), (0, 1)]  # read before the pass began
+    got = ids(dl)
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert sorted(loads) == [(0, k) for k in range(len(dl.windows(0)))]  # each window once
+    loads.clear(); dl.read_ahead(); dl.epoch = 0  # read for epoch 1, then a pass over epoch 0: dropped, read again
+    time.sleep(0.5)
+    assert all(torch.equal(a, b) for a, b in zip(ids(dl), want))
+    assert sorted(loads) == sorted([(1, 0), (1, 1)] + [(0, k) for k in range(len(dl.windows(0)))])
