@@ -219,9 +219,12 @@ class CudaGraph(Callback):
         learn,dl = self.learn,self.learn.dls.train
         if hasattr(dl, 'read_ahead'): dl.read_ahead()
         if (ins := getattr(dl, 'shape_batch', noop)()) is None: return
-        mp = first(cb for cb in learn.cbs if isinstance(cb, MixedPrecision))
-        with getattr(mp, 'autocast', None) or contextlib.nullcontext():
-            if warm_step(learn, ins, dl.n_inp): self.warmed = self._key(_flat(ins))
+        mp,was = first(cb for cb in learn.cbs if isinstance(cb, MixedPrecision)),self.model.training
+        self.model.train()  # as `before_train` will: its layers' training paths
+        try:
+            with getattr(mp, 'autocast', None) or contextlib.nullcontext():
+                if warm_step(learn, ins, dl.n_inp): self.warmed = self._key(_flat(ins))
+        finally: self.model.train(was)
 
     def _fall_back(self, why):
         "The forward and backward from graphs from now on, the rest of the step as it is, saying `why` once"
