@@ -3,6 +3,7 @@ of the `BatchDataLoader` without shuffling, prefetch order, bounded memory, resu
 import json, os, shutil, subprocess, sys
 from pathlib import Path
 import numpy as np, pandas as pd, pytest, torch
+from torch.utils._pytree import tree_flatten
 import pyarrow as pa, pyarrow.parquet as pq
 from fastai.tabular.all import (explode_types, CategoryBlock, RegressionBlock, ProgressCallback, set_seed, tabular_config, accuracy,
                                 RocAucBinary)
@@ -355,7 +356,6 @@ def test_a_part_files_bytes_hold_what_its_row_groups_read(big, monkeypatch):
 
 def layout(b):
     "What a captured step depends on in a batch: each tensor's shape, strides and type, nested tuples spread out"
-    from torch.utils._pytree import tree_flatten
     return [(tuple(x.shape), x.stride(), x.dtype, x.device) for x in tree_flatten(list(b))[0]]
 
 @pytest.mark.parametrize('shape', ['tabular', 'multi-hot'])
@@ -369,23 +369,22 @@ def test_a_shape_batch_is_laid_out_as_the_batches_and_draws_nothing(tmp_path, bi
         s = dl.shape_batch()
         assert (random.getstate(), torch.get_rng_state().tolist(), dl.epoch) == st
         assert layout(s) == layout(next(iter(dl))) and len(s[0]) == 512
-        from torch.utils._pytree import tree_flatten
         assert not s[0].any() and (shape == 'tabular' or not any(x.any() for x in tree_flatten(list(s[2]))[0]))  # codes 0, empty bags
 
 def test_reads_started_ahead_are_taken_by_their_pass_only(big):
     "`read_ahead` reads the coming pass's first windows now; that pass takes them (no window read twice), another pass drops them"
     _, path, mem = big
-    want = [ids(ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=2)) for _ in range(1)][0]
+    want = ids(ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=2))
     dl = ParquetDataLoader(path, bs=4096, shuffle=True, mem_bytes=mem, seed=2)
     loads, load = [], dl.load
     dl.load = lambda win, k, epoch: loads.append((epoch, k)) or load(win, k, epoch)
     dl.read_ahead(); dl.read_ahead()  # once
-    import time; time.sleep(0.5)
+    for _, f in dl._ahead[1].values(): f.result()
     assert sorted(loads) == [(0, 0), (0, 1)]  # read before the pass began
     got = ids(dl)
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
     assert sorted(loads) == [(0, k) for k in range(len(dl.windows(0)))]  # each window once
     loads.clear(); dl.read_ahead(); dl.epoch = 0  # read for epoch 1, then a pass over epoch 0: dropped, read again
-    time.sleep(0.5)
+    for _, f in dl._ahead[1].values(): f.result()
     assert all(torch.equal(a, b) for a, b in zip(ids(dl), want))
     assert sorted(loads) == sorted([(1, 0), (1, 1)] + [(0, k) for k in range(len(dl.windows(0)))])
