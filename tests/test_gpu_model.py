@@ -36,15 +36,21 @@ def test_equals_fastai_model_fp32(train):
         xc, xn = batch()
         set_seed(step); ya = a(xc, xn)
         set_seed(step); yb = b(xc, xn)
-        torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-5, msg=lambda m: f'step {step}: {m}')
+        # the outputs of the first step within 1e-5; a later step's 9.8e-5 apart on one H100 (281 of 8,192 outputs over 1e-5, session 52,
+        # stepped apart; the bounds kept from then, each step now from the same weights)
+        torch.testing.assert_close(yb, ya, rtol=1e-4 if step == 0 else 1e-3, atol=1e-5 if step == 0 else 3e-4,
+                                   msg=lambda m: f'step {step}: {m}')
         torch.nn.functional.cross_entropy(ya, xc[:, 2] % 2).backward(); torch.nn.functional.cross_entropy(yb, xc[:, 2] % 2).backward()
         for (n, p), q in zip(a.named_parameters(), b.parameters()):  # the default message says where and by how much
             # the two models' matmuls sum in other orders: at atol 1e-6 the fourth step's embedding gradients failed twice on an H200
             # (365 of 3M elements 3.4e-6 apart), at 1e-5 its first layer's once in 10 runs (2 of 622,080 elements 9.7e-5 apart, 2 H200s,
             # session 33); so each element within 2e-4 and the whole gradient within 1e-4 of its norm: a wrong gather or scale is off
-            # by far more
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=2e-4, msg=lambda m: f'step {step}, {n}: {m}')
-            assert (q.grad - p.grad).norm() <= 1e-4 * p.grad.norm(), (step, n, ((q.grad - p.grad).norm() / p.grad.norm()).item())
+            # by far more. From the second step on the hidden layers' BatchNorm sums run in another order (`_ReluBatchNorm`) on weights
+            # that trained, whose gradients shrink: the bounds of the steps stepped apart (1e-3 of the norm, each element within 1e-3;
+            # 5.4e-4 seen at a third step, session 50), kept until a GPU run of this form measures them
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=2e-4 if step == 0 else 1e-3, msg=lambda m: f'step {step}, {n}: {m}')
+            assert (q.grad - p.grad).norm() <= (1e-4 if step == 0 else 1e-3) * p.grad.norm(), \
+                (step, n, ((q.grad - p.grad).norm() / p.grad.norm()).item())
         opt_a.step(); opt_b.step(); opt_a.zero_grad(); opt_b.zero_grad()
     sa, sb = a.state_dict(), b.state_dict()
     assert list(sa) == list(sb)
