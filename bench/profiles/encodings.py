@@ -6,7 +6,7 @@ that way (`--rewrite`: every part file, the same row groups and statistics; `dat
     python bench/profiles/encodings.py --data <processed folder> --name encodings_criteo_10m
     python bench/profiles/encodings.py --data <processed folder> --rewrite /tmp/crp_zstd --way 'zstd 1, dictionary'
     python bench/bench_defaults.py --data /tmp/crp_zstd --configs defaults -- --epochs 1   # beside the folder itself"""
-import argparse, collections, glob, os, sys, tempfile
+import argparse, collections, glob, json, os, sys, tempfile
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,6 +30,21 @@ WAYS = {'snappy, dictionary (the format)': dict(compression='snappy'), 'zstd 1, 
                                               column_encoding={c: 'BYTE_STREAM_SPLIT' for c in t.column_names}),
         'zstd 1, floats BYTE_STREAM_SPLIT': dict(compression='zstd', compression_level=1, use_dictionary=[c for c in t.column_names if c not in floats],
                                                  column_encoding={c: 'BYTE_STREAM_SPLIT' for c in floats})}
+def ranked(c):
+    "Column `c`'s values as their ranks by count in the file (0 the commonest), in its type (int32 for floats)"
+    v = t[c].to_numpy(zero_copy_only=False); u, inv, n = np.unique(v, return_inverse=True, return_counts=True)
+    r = np.empty(len(u), np.int64); r[np.argsort(-n, kind='stable')] = np.arange(len(u))
+    return pa.array(r[inv].astype(v.dtype if v.dtype.kind in 'iu' else np.int32)), len(u)*v.dtype.itemsize  # and its table's bytes
+# a format that stored each column's values by rank (a table a column in the folder, the loader mapping them back on the GPU):
+# parquet's dictionary indices are bit-packed at the row group's width, which zstd then finds little in; ranks split into byte
+# streams put the common values' zero high bytes in streams of their own
+ys = json.loads(Path(f'{a.data}/procs/procs.json').read_text())['names']['y_names']  # the targets stay as they are
+RANKED = {'zstd 1, codes ranked by count, BYTE_STREAM_SPLIT': [c for c in t.column_names if kind(c) == 'codes' and c not in ys],
+          'zstd 1, every column ranked by count, BYTE_STREAM_SPLIT': [c for c in t.column_names if c not in ys]}
+for way, cs in RANKED.items():
+    WAYS[way] = dict(compression='zstd', compression_level=1, use_dictionary=[c for c in t.column_names if c not in cs],
+                     column_encoding={c: 'BYTE_STREAM_SPLIT' for c in cs})
+if a.rewrite and a.way in RANKED: sys.exit(f"--way {a.way!r}: the bytes only (no reader maps ranks back); --rewrite takes another")
 if a.rewrite:  # every part file that way, its row groups as they were; the folder's other files copied
     import shutil
     shutil.copytree(a.data, a.rewrite, ignore=lambda d, fs: [f for f in fs if f.endswith('.parquet') and Path(d).name in ('train', 'valid')])
@@ -42,12 +57,15 @@ if a.rewrite:  # every part file that way, its row groups as they were; the fold
 rows = []
 with tempfile.TemporaryDirectory() as d:
     for way, kw in WAYS.items():
-        fn = f'{d}/x.parquet'; pq.write_table(t, fn, row_group_size=rg, **kw)
+        tw, extra = t, collections.Counter()
+        for c in RANKED.get(way, []):
+            col, extra[kind(c)] = ranked(c); tw = tw.set_column(tw.column_names.index(c), c, col)
+        fn = f'{d}/x.parquet'; pq.write_table(tw, fn, row_group_size=rg, **kw)
         md, per = pq.ParquetFile(fn).metadata, collections.Counter()
         for g in range(md.num_row_groups):
             for k in range(md.row_group(g).num_columns): c = md.row_group(g).column(k); per[c.path_in_schema] += c.total_compressed_size
-        rows.append(dict(way=way, bytes_a_row=round(os.path.getsize(fn)/t.num_rows, 2),
-                         **{k: round(sum(v for c, v in per.items() if kind(c) == k)/t.num_rows, 2) for k in ('codes', 'conts')}))
+        rows.append(dict(way=way, bytes_a_row=round((os.path.getsize(fn) + sum(extra.values()))/t.num_rows, 2),  # the rank tables too
+                         **{k: round((sum(v for c, v in per.items() if kind(c) == k) + extra[k])/t.num_rows, 2) for k in ('codes', 'conts')}))
         print(rows[-1], flush=True)
 # the floor of any coder of single values: each column's order-0 entropy (its values' frequencies in the file)
 def _entropy(c):
