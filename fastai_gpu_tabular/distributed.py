@@ -163,6 +163,11 @@ class SparseEmbeddingGrads(Callback):
         for mask,(kind,i) in zip(self.masks, self.srcs):
             mask.index_fill_(0, (args[0][:, i] if kind=='embeds' else args[2][i][0]).reshape(-1), True)  # no sync, deterministic
 
+    @property
+    def graph_events(self)->tuple:
+        "`before_step` inside a graph of the whole step (`CudaGraph(ranks=True)`) but where it reads the rows' counts on the host"
+        return ('before_step',) if self.plain or self.by_opt or not self.names else ()
+
     def _buffers_from_rank0(self):
         for b in get_model(self.model).buffers(): torch.distributed.broadcast(b, 0)
     def before_validate(self):

@@ -82,20 +82,27 @@ def _uncached_autocast():
 
 _STEP_EVENTS = ('after_pred', 'after_loss', 'before_backward', 'after_backward', 'before_step', 'after_step')
 
+_GRAPH_EVENTS = ('after_backward', 'before_step')  # events a callback's `graph_events` may name: run between the backward and the step
+
 def _acts_in_step(cb)->list:
-    "The events inside a training step that callback `cb` handles and a graph of the whole step would not hold"
-    evs = [e for e in _STEP_EVENTS if callable(getattr(type(cb), e, None))]
+    """The events inside a training step that callback `cb` handles and a graph of the whole step would not hold: not those its
+    `graph_events` name (device work of fixed sizes, no host value read or changed between steps: run inside the capture)"""
+    ins = set(getattr(cb, 'graph_events', ())) & set(_GRAPH_EVENTS)
+    evs = [e for e in _STEP_EVENTS if callable(getattr(type(cb), e, None)) and e not in ins]
     if isinstance(cb, MixedPrecision) and cb.amp_mode == AMPMode.BF16: return []  # autocast's: held (bf16 has no gradient scaler)
     if getattr(type(cb), 'graph_safe', False): return []  # its handlers only look (a profiler's marks): called after the replay
     return evs
 
-def step_unfit(learn)->str|None:
-    "Why `learn`'s training step cannot be one CUDA graph (None: it can): its optimizer, its processes, or callbacks inside the step"
+def step_unfit(learn, ranks:bool=False)->str|None:
+    """Why `learn`'s training step cannot be one CUDA graph (None: it can): its optimizer, its processes (`ranks`: their
+    collectives captured in the graph, where none reads a host value), or callbacks inside the step"""
     dense = getattr(learn.opt, 'dense', learn.opt)
     if not isinstance(dense, ForeachLamb) or dense.fused is False:
         return (f"its optimizer ({type(dense).__name__}) steps with hyper-parameters on the host "
                 "(`ForeachLamb`'s kernels read them on the device)")
-    if num_distrib() > 1: return "several processes train (their collectives are not in the graph)"
+    if num_distrib() > 1:
+        if not ranks: return "several processes train (their collectives are held in the graph with `CudaGraph(ranks=True)`)"
+        if why := getattr(learn.opt, 'graph_unfit', noop)(): return why
     if cbs := [f"{type(cb).__name__} ({', '.join(e)})" for cb in learn.cbs if (e := _acts_in_step(cb))]:
         return f"callbacks act inside the step: {'; '.join(cbs)}"
 
@@ -146,11 +153,26 @@ def warm_step(learn, ins, n_inp:int|None=None)->bool:
                 if 'step' in s: s['step'] = counts.get(p) or 0  # a state the step made: as fresh (its buffers are zeros yet)
     return True
 
+def _graph_events(cbs:list):
+    "Each of `_GRAPH_EVENTS` that callbacks `cbs` hold in the step's graph (`graph_events`), in fastai's order: inside the capture"
+    for e in _GRAPH_EVENTS:
+        for cb in cbs:
+            if e in cb.graph_events: getattr(cb, e)()
+
+@contextlib.contextmanager
+def _held(cbs:list):
+    "Callbacks `cbs` not called while inside (`Callback.run`): their `graph_events` ran in the graph, replayed"
+    was = [cb.run for cb in cbs]
+    for cb in cbs: cb.run = False
+    try: yield
+    finally:
+        for cb,r in zip(cbs, was): cb.run = r
+
 class _Step:
     """One training step of `learn` captured in one CUDA graph for one kind of batch: the forward, `after_pred`, the loss, the
     backward, the optimizer's step and `zero_grad`; static inputs and targets, the outputs, and the host values its kernels read
     (`StepValues`: the scheduler's hyper-parameters and the step counts, sent before each replay in one copy)"""
-    def __init__(self, learn, ins):
+    def __init__(self, learn, ins, cbs:list=()):  # `cbs`: callbacks whose `graph_events` run in the step (`_graph_events`)
         m,opt,nx = learn.model,learn.opt,len(learn.xb)
         self.ins = [x.clone() for x in _flat(ins)]
         self.values,self.g,xs = StepValues(self.ins[0].device),torch.cuda.CUDAGraph(),_like(ins, self.ins)
@@ -162,7 +184,7 @@ class _Step:
                 loss_grad = learn.loss_func(pred, *xs[nx:])
                 loss = loss_grad.clone()
             with torch.autocast('cuda', enabled=False), _in_block(learn):  # nothing between the backward and the step reads a gradient
-                loss_grad.backward(); opt.step(); opt.zero_grad()
+                loss_grad.backward(); _graph_events(cbs); opt.step(); opt.zero_grad()
             return pred.detach(),loss_grad.detach(),loss.detach()
         with captured_values(self.values): self.pred,self.loss_grad,self.loss = _capture(self.g, torch.cuda.graph_pool_handle(), step)
         if any(p.grad is not g for p,g in dense): raise GraphUnfit("the step replaced a parameter's gradient tensor")
@@ -192,7 +214,9 @@ class CudaGraph(Callback):
         max_graphs:int=2, # Shapes captured at most (others run as usual): e.g. the training batch and the epoch's last
         whole_step:bool=True, # The whole step in one graph where it can be (else, or False: the forward and backward)
         warm:bool=True, # Compile the step's Triton kernels at once on threads before its first batch (`warm_step`)
-    ): super().__init__(); store_attr(); self.why,self._said,self.warmed = None,set(),None
+        ranks:bool=False, # Several processes: the whole step in one graph too, its NCCL collectives captured in it (where none reads
+                          # a host value: `step_unfit`); else their forward and backward
+    ): super().__init__(); store_attr(); self.why,self._said,self.warmed,self.held = None,set(),None,[]
 
     def before_fit(self):
         m = self.learn.model
@@ -206,7 +230,8 @@ class CudaGraph(Callback):
         if not self.active: return  # on the CPU, or under DDP (its hooks run in the backward): fastai's loop as it is
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
         self.anchor = torch.empty(0, device=ps[0].device, requires_grad=True)  # with a gradient: autograd calls `_Replay.backward`
-        why = step_unfit(self.learn) if self.whole_step else 'not asked for (`whole_step=False`)'
+        why = step_unfit(self.learn, self.ranks) if self.whole_step else 'not asked for (`whole_step=False`)'
+        self.held = [cb for cb in self.learn.cbs if getattr(cb, 'graph_events', ())]  # run inside the step's graph, not after it
         if why is None: self.steps,self.learn._do_one_batch = True,self._one_batch  # on the instance: fastai's `one_batch` calls it
         else: self._fall_back(why)
 
@@ -255,15 +280,18 @@ class CudaGraph(Callback):
         self.replays += 1
         learn.pred,learn.loss_grad,learn.loss = c.pred,c.loss_grad,c.loss  # the graph's outputs: the next replay overwrites them
         learn('after_pred'); learn('after_loss')  # `MixedPrecision` leaves autocast there; fastai's events in fastai's order
-        learn._with_events(noop, 'backward', CancelBackwardException)
-        learn._with_events(noop, 'step', CancelStepException)
+        with _held(self.held):  # their step's events ran in the graph
+            learn._with_events(noop, 'backward', CancelBackwardException)
+            learn._with_events(noop, 'step', CancelStepException)
 
     def _capture_step(self, k, ins):
         "The whole step captured for batches like `ins` and run on them, or None (fallen back, the optimizer's counts as they were)"
         learn,t = self.learn,time.perf_counter()
         learn.pred = learn.loss = learn.loss_grad = None  # the last batch's autograd graph freed (see `_forward`)
+        if num_distrib() > 1 and (why := getattr(learn.opt, 'graph_unfit', noop)()):  # as decided at the first step, the same on every rank
+            self._fall_back(why); return None
         counts = {id(p): s['step'] for p,s in learn.opt.state.items() if 'step' in s}
-        try: c = _Step(learn, ins)
+        try: c = _Step(learn, ins, self.held)
         except (GraphUnfit, RuntimeError) as e:
             for p,s in learn.opt.state.items():
                 if id(p) in counts: s['step'] = counts[id(p)]

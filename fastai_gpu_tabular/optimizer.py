@@ -582,6 +582,12 @@ class SparseEmbedOpt(Optimizer):
             ex = self._ex = 'whole' if sum(len(b) for b,_ in groups) <= rank_world()[1]*sum(len(v) for v in vals) else 'rows'
         return ex
 
+    def graph_unfit(self)->str|None:
+        "Why a CUDA graph cannot hold this step across ranks (None: it can): the exchange 'rows' reads the ranks' row counts on the host"
+        if distributed() and self.__dict__.get('_ex', self.exchange) == 'rows':
+            return ("the tables' exchange 'rows' reads the ranks' counts of touched rows on the host (`exchange='whole'` or "
+                    "`ShardTables` need none)")
+
     def _whole_rows(self, ids, vals, starts, groups):
         """`_touched`'s (rows, un, starts, sums) from every group's whole gradient (the lookups added by `index_add_`, deterministic
         under `torch.use_deterministic_algorithms`) and a flag a touched row, over the ranks in one all-reduce: sizes fixed by the
@@ -603,6 +609,7 @@ class SparseEmbedOpt(Optimizer):
     def _ranks_rows(self, ids, vals, starts, groups):
         """(ids, vals) of each group: the rows every rank's lookups touched and their gradients summed on that rank, ÷ the ranks (DDP's
         mean): this rank's lookups summed by row first (on click logs a tenth as many rows as lookups), then exchanged; one host sync"""
+        if capturing(): raise GraphUnfit(self.graph_unfit() or "the tables' exchange 'rows' reads host values")  # before any collective
         rows,un,lookups = self._rows_of(ids, vals, starts, groups, False)
         sums,world,k = [s.mul_(1/num_distrib()) for s in _sums(lookups)],num_distrib(),len(groups)
         with allowed_sync(): c = torch.cat([all_gather_cat(un[:,1].contiguous()[None]).view(-1), un[:,0]]).tolist()  # counts, firsts

@@ -58,6 +58,19 @@ def test_two_gpus_train_packed_tables_without_ddp_in_cuda_graphs(tmp_path):
     launch(2, 'tests/dist_plain_worker.py', tmp_path, 'gpu', accelerate=True)
     check_plain(tmp_path, gpu=True)
 
+def test_two_gpus_replay_the_whole_step_with_its_collectives_in_the_graph(tmp_path):
+    """`CudaGraph(ranks=True)` on two GPUs: the whole step replayed, the dense mean's all-reduce and the tables' exchange (whole rows,
+    or `ShardTables`' all-to-alls) captured in it; the weights of the forward and backward's graphs with the rest eager, and no host
+    sync in a step after the capture"""
+    launch(2, 'tests/dist_ranks_graph_worker.py', tmp_path, accelerate=True)
+    for ex in ('whole', 'local'):
+        for r in (0, 1):
+            m = json.loads((tmp_path/f'ranks_{ex}_rank{r}.json').read_text())
+            assert m['whole'] == [True, False] and m['why'][0] is None, (ex, r, m)
+            assert min(m['replays']) >= 20, (ex, r, m)  # 25 training batches a rank, 2 before the capture
+            assert m['max_diff'] <= 1e-6, (ex, r, m)
+    assert [json.loads((tmp_path/f'ranks_nosync_rank{r}.json').read_text()) for r in (0, 1)] == [dict(iters=12, whole=True)]*2
+
 def test_two_gpus_with_row_sparse_tables_and_graphs_match_one(tmp_path):
     "`fgt-train --emb-opt ... --cuda-graph` on Criteo-shaped rows: two GPUs at half the batch end with one GPU's weights, graphs replayed"
     def run(name, n, bs):

@@ -111,6 +111,56 @@ def test_a_step_a_graph_cannot_hold_is_named(to):
     learn = tabular_learner(to.dataloaders(bs=512, device='cpu'), layers=[16], opt_func=Adam); learn.create_opt()
     assert 'its optimizer (Optimizer)' in step_unfit(learn)
 
+def test_several_processes_hold_their_collectives_in_the_graph_where_none_reads_the_host(to, monkeypatch):
+    """On several processes the whole step is one graph only with `ranks` (its collectives captured); the tables' exchange 'rows'
+    (the ranks' row counts read on the host) and `SparseEmbeddingGrads` exchanging DDP's tables (its counts too) say why not;
+    its `plain` mean of the dense gradients (one all-reduce of fixed size) runs inside the graph"""
+    import fastai_gpu_tabular.graph as G
+    from fastai_gpu_tabular.distributed import SparseEmbeddingGrads
+    monkeypatch.setattr(G, 'num_distrib', lambda: 2); monkeypatch.setattr(O, 'distributed', lambda: True)
+    learn = sparse_learner(to); learn.create_opt()
+    assert 'CudaGraph(ranks=True)' in step_unfit(learn) and step_unfit(learn, ranks=True) is None  # 'auto': decided at the first step
+    learn.opt._ex = 'rows'
+    assert "exchange 'rows'" in step_unfit(learn, ranks=True) and "exchange 'rows'" in learn.opt.graph_unfit()
+    learn.opt._ex = 'whole'; assert step_unfit(learn, ranks=True) is None
+    sg = SparseEmbeddingGrads(); learn.add_cb(sg)
+    sg.plain = True; assert sg.graph_events == ('before_step',) and step_unfit(learn, ranks=True) is None
+    sg.plain, sg.names = False, ['embeds.0.weight']  # DDP's tables exchanged by touched rows: a host sync in `before_step`
+    assert sg.graph_events == () and 'SparseEmbeddingGrads (before_step)' in step_unfit(learn, ranks=True)
+
+def test_callbacks_held_in_the_graph_run_once_a_step_between_the_backward_and_the_step(to):
+    """A callback's `graph_events` run where the capture records them (`_graph_events`: after the backward, before the optimizer's
+    step, in fastai's order); after a replay fastai's step events skip it (`_held`) and call the others: the weights of fastai's
+    eager steps, each handler once a step"""
+    import fastai_gpu_tabular.graph as G
+    from fastai.tabular.all import Learner, noop, CancelBackwardException, CancelStepException
+    calls = []
+    class Halve(Callback):  # device work of fixed sizes: what a graph can hold (`SparseEmbeddingGrads`' mean over the ranks)
+        graph_events = ('after_backward', 'before_step')
+        def after_backward(self): calls.append('after_backward')
+        def before_step(self):
+            calls.append('before_step')
+            for p in self.learn.model.parameters():
+                if p.grad is not None and not p.grad.is_sparse: p.grad.mul_(0.5)
+    class Other(Callback):
+        def before_step(self): calls.append('other')
+    def run(graph, n=4):
+        learn = sparse_learner(to); learn.add_cbs([Halve(), Other()]); learn.create_opt(); learn.training = True
+        for i, (*x, y) in zip(range(n), learn.dls.train):
+            learn.xb, learn.yb = x, [y]
+            if not graph: Learner._do_one_batch(learn)
+            else:  # as `_Step`'s capture and `_one_batch`'s replay call the events
+                held = [cb for cb in learn.cbs if getattr(cb, 'graph_events', ())]
+                learn.loss_func(learn.model(*x), y).backward(); G._graph_events(held); learn.opt.step(); learn.opt.zero_grad()
+                with G._held(held):
+                    learn._with_events(noop, 'backward', CancelBackwardException); learn._with_events(noop, 'step', CancelStepException)
+                assert all(cb.run for cb in held)
+            learn.opt.zero_grad()
+        return [p.detach().clone() for p in learn.model.parameters()]
+    e = run(False); ce = list(calls); calls.clear(); g = run(True)
+    assert ce == ['after_backward', 'before_step', 'other']*4 and sorted(calls) == sorted(ce), (ce, calls)
+    for a, b in zip(e, g): torch.testing.assert_close(b, a)
+
 def test_under_a_capture_host_values_go_through_slots():
     "Under `captured_values` a constant list and a function of the step are slots of the buffer, sent by `write`; outside, tensors"
     v, state = O.StepValues(torch.device('cpu'), nbytes=64), {'step': 3}
