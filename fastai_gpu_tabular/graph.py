@@ -231,7 +231,7 @@ class CudaGraph(Callback):
         self.model,self.params,self.bufs,self.fwd = m,ps,list(m.buffers()),m.forward
         self.anchor = torch.empty(0, device=ps[0].device, requires_grad=True)  # with a gradient: autograd calls `_Replay.backward`
         why = step_unfit(self.learn, self.ranks) if self.whole_step else 'not asked for (`whole_step=False`)'
-        self.held = [cb for cb in self.learn.cbs if getattr(cb, 'graph_events', ())]  # run inside the step's graph, not after it
+        self.held = [cb for cb in self.learn.cbs.sorted('order') if getattr(cb, 'graph_events', ())]  # run in the step's graph, not after
         if why is None: self.steps,self.learn._do_one_batch = True,self._one_batch  # on the instance: fastai's `one_batch` calls it
         else: self._fall_back(why)
 

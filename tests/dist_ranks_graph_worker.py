@@ -33,14 +33,15 @@ def fit(ex, ranks, *cbs):
     graph = CudaGraph(ranks=ranks)
     with learn.distrib_ctx(sync_bn=False, **ddp_kwargs()):
         learn.fit(1, 1e-2, cbs=[graph, *([ShardTables()] if ex == 'local' else []), *cbs])
+        res = dict(whole=graph.steps, why=graph.why, replays=graph.replays, iters=learn.train_iter)  # before `validate` starts them again
         learn.validate()  # `ShardTables` sends each rank's tables to every rank first
-    return learn, graph, {k: v.detach().float().cpu() for k,v in learn.model.state_dict().items()}
+    return res, {k: v.detach().float().cpu() for k,v in learn.model.state_dict().items()}
 
 for ex in ('whole', 'local'):
-    (_, g1, w1), (_, g0, w0) = fit(ex, True), fit(ex, False)
+    (f1, w1), (f0, w0) = fit(ex, True), fit(ex, False)
     diff = max((w1[k] - w0[k]).abs().max().item() for k in w0 if w0[k].numel())
     (out/f'ranks_{ex}_rank{rank_distrib()}.json').write_text(json.dumps(dict(
-        whole=[g1.steps, g0.steps], why=[g1.why, g0.why], replays=[g1.replays, g0.replays], max_diff=diff)))
-learn, g, _ = fit('whole', True, CheckNoSyncAfterCapture(), StopAfter(12))
-(out/f'ranks_nosync_rank{rank_distrib()}.json').write_text(json.dumps(dict(iters=learn.train_iter, whole=g.steps)))
+        whole=[f1['whole'], f0['whole']], why=[f1['why'], f0['why']], replays=[f1['replays'], f0['replays']], max_diff=diff)))
+f, _ = fit('whole', True, CheckNoSyncAfterCapture(), StopAfter(12))
+(out/f'ranks_nosync_rank{rank_distrib()}.json').write_text(json.dumps(dict(iters=f['iters'], whole=f['whole'])))
 end(state)
