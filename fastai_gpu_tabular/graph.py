@@ -11,6 +11,8 @@ from torch.nn.parallel import DistributedDataParallel
 from fastai.callback.fp16 import MixedPrecision, AMPMode
 from .optimizer import ForeachLamb, SparseEmbedOpt, StepValues, GraphUnfit, captured_values
 from .model import _warming, _joint_only
+from .comm import dist_device
+from .recorder import allowed_sync
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 # %% auto #0
@@ -168,6 +170,16 @@ def _held(cbs:list):
     finally:
         for cb,r in zip(cbs, was): cb.run = r
 
+class _Disagreed(GraphUnfit): pass
+
+def _ranks_agree(ok:bool)->bool:
+    """Whether every process's capture of this step succeeded (`ok`: this one's), by one all-reduced flag before any replays it: a
+    process replaying collectives that another, fallen back, never joins would wait for ever. One process: `ok`"""
+    if num_distrib() <= 1: return ok
+    t = torch.tensor([float(not ok)], device=dist_device())
+    torch.distributed.all_reduce(t)
+    with allowed_sync(): return t.item() == 0  # once a capture
+
 class _Step:
     """One training step of `learn` captured in one CUDA graph for one kind of batch: the forward, `after_pred`, the loss, the
     backward, the optimizer's step and `zero_grad`; static inputs and targets, the outputs, and the host values its kernels read
@@ -188,6 +200,7 @@ class _Step:
             return pred.detach(),loss_grad.detach(),loss.detach()
         with captured_values(self.values): self.pred,self.loss_grad,self.loss = _capture(self.g, torch.cuda.graph_pool_handle(), step)
         if any(p.grad is not g for p,g in dense): raise GraphUnfit("the step replaced a parameter's gradient tensor")
+        if not _ranks_agree(True): raise _Disagreed("another process's capture of the step failed")  # all replay, or none
         self.values.write(count=False)  # the capture's own step: its counts are the optimizer's already
         self.g.replay()
 
@@ -293,6 +306,7 @@ class CudaGraph(Callback):
         counts = {id(p): s['step'] for p,s in learn.opt.state.items() if 'step' in s}
         try: c = _Step(learn, ins, self.held)
         except (GraphUnfit, RuntimeError) as e:
+            if not isinstance(e, _Disagreed): _ranks_agree(False)  # the others learn it before they replay
             for p,s in learn.opt.state.items():
                 if id(p) in counts: s['step'] = counts[id(p)]
             learn.opt.zero_grad()  # the capture's gradients: recorded, never computed

@@ -289,6 +289,11 @@ def check_plain(out, gpu=False):
     if gpu: assert [json.loads((out/f'nosync_rank{r}.json').read_text()) for r in (0, 1)] == [12, 12]  # no host sync a step
     for k,v in sds['rows'][0].items(): torch.testing.assert_close(sds['whole'][0][k], v, rtol=1e-5, atol=1e-6, msg=lambda m: f'{k}: {m}')
 
+def test_ranks_replay_a_captured_step_only_where_every_rank_captured_it(tmp_path):
+    "`_ranks_agree`: True on every rank only where each rank's capture succeeded, so that all replay its collectives or none waits"
+    launch(2, 'tests/dist_agree_worker.py', tmp_path)
+    assert [json.loads((tmp_path/f'agree_rank{r}.json').read_text()) for r in (0, 1)] == [[True, False, False, False]]*2
+
 def test_ranks_with_batches_of_different_sizes_step_the_tables_as_one_process(tmp_path):
     """Rank 0 looks up 60 rows of a table and rank 1 10 others: with each exchange both ranks end with the tables and state that one
     process reaches on both batches' mean loss (the whole exchange once kept only as many rows as this rank's lookups allowed)"""
