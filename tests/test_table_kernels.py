@@ -63,7 +63,10 @@ for rule in ('adagrad', 'rowwise-adagrad', 'lazy-adam'):
     for a, b in zip(wa, wb): torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6, msg=rule)
     for a, b in zip(sa, sb):
         assert a.keys() == b.keys() and len(a) == (2 if rule == 'lazy-adam' else 1), (rule, a.keys())
-        for k in a: torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-9, msg=f'{rule} {k}')
+        # the state holds the gradients, which follow the weights (within 5e-6 above) and the CPU's matmuls: one lazy-adam moment
+        # 3.871204e-5 against 3.871055e-5 (its largest 2.5e-3) on this machine in session 56, with 7108fe0's code; so within 1e-6
+        # of its largest value, which a wrong rule misses by far
+        for k in a: torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=max(1e-9, 1e-6*b[k].abs().max().item()), msg=f'{rule} {k}')
 print('ok')
 """
 
